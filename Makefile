@@ -1,0 +1,43 @@
+# Faces over harness/: every target sets itself up (project venv; oracle venvs, artifacts and
+# goldens are built on first use by the harness itself, into .cache/).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+MODEL ?= smollm2-135m
+# pytest-xdist workers for `make test` (2 cores here).
+WORKERS ?= auto
+
+.PHONY: parity goldens test lint bench list venv clean-cache
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --no-input -q -r requirements.txt
+	touch $@
+
+## make parity [MODEL=name]: gate one model against its oracle (default: the embedded model)
+parity: venv
+	$(PY) -m harness parity --model $(MODEL) $(ARGS)
+
+## make goldens MODEL=name: regenerate a model's goldens explicitly (stale ones included)
+goldens: venv
+	$(PY) -m harness goldens --model $(MODEL)
+
+## make test: the harness's own tests, including the real end-to-end parity of smollm2-135m
+test: venv
+	$(PY) -m pytest tests -n $(WORKERS) --dist loadgroup -p no:cacheprovider $(ARGS)
+
+lint: venv
+	$(PY) -m ruff check harness models tests oracles conftest.py
+	$(PY) -m ruff format --check harness models tests oracles conftest.py
+
+## make bench: harness overhead and in-tree vs mlx-lm decode speed (docs/benchmarks.md)
+bench: venv
+	$(PY) -m harness.bench --model $(MODEL)
+
+list: venv
+	$(PY) -m harness list
+
+clean-cache:
+	rm -rf .cache

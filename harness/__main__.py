@@ -1,0 +1,74 @@
+"""Command line: `python -m harness parity|goldens|list` (the Makefile's targets call these)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from harness.errors import HarnessError
+from harness.paths import REPO_ROOT, profiles_dir
+
+
+def _parity(args: argparse.Namespace, extra: list[str]) -> int:
+    import pytest
+
+    pytest_args = [str(profiles_dir()), "-p", "no:cacheprovider", "-q", "-rN", f"--rootdir={REPO_ROOT}"]
+    for model in args.model:
+        pytest_args += ["--model", model]
+    if args.report:
+        pytest_args += ["--parity-report", args.report]
+    if args.workers:
+        pytest_args += ["-n", args.workers, "--dist", "loadgroup"]
+    return int(pytest.main(pytest_args + extra))
+
+
+def _goldens(args: argparse.Namespace) -> int:
+    from harness.session import ParitySession
+
+    session = ParitySession()
+    for name in args.model:
+        profile = session.profile(name)
+        goldens = session.goldens(profile, regenerate=True)
+        for sid, golden in goldens.items():
+            print(f"{name}/{sid}: {len(golden.record.tokens)} steps -> {golden.manifest_path}")
+    return 0
+
+
+def _list() -> int:
+    from harness.profile import available_profiles, load_profile
+
+    for name, path in available_profiles().items():
+        try:
+            p = load_profile(path)
+            print(f"{name:24} {p.tier}  oracle={p.oracle:8} scenarios={len(p.scenarios)}  {p.description}")
+        except HarnessError as e:
+            print(f"{name:24} INVALID: {e}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("parity", help="gate models against their oracles (pytest underneath)")
+    p.add_argument("--model", action="append", default=[], help="profile name (repeatable); default: all")
+    p.add_argument("--report", help="JSON report path (default: a new file under reports/)")
+    p.add_argument("-n", "--workers", help="pytest-xdist workers (e.g. auto)")
+    g = sub.add_parser("goldens", help="(re)generate a model's goldens with its oracle, explicitly")
+    g.add_argument("--model", action="append", required=True)
+    sub.add_parser("list", help="list profiles")
+    args, extra = parser.parse_known_args(argv)
+    try:
+        if args.command == "parity":
+            return _parity(args, extra)
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        if args.command == "goldens":
+            return _goldens(args)
+        return _list()
+    except HarnessError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

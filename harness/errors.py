@@ -1,0 +1,37 @@
+"""One exception family, so every bad input ends in one clear message and a non-zero exit."""
+
+
+class HarnessError(Exception):
+    """Base of every error the harness reports to a user (no traceback needed)."""
+
+
+class ProfileError(HarnessError):
+    """A profile file is malformed: names the file, the key and what was expected."""
+
+
+class UnknownModelError(HarnessError):
+    """A model name has no profile."""
+
+
+class ArtifactError(HarnessError):
+    """A pinned artifact cannot be resolved or does not match its pins."""
+
+
+class OracleError(HarnessError):
+    """The oracle venv cannot be built or its generator failed."""
+
+
+class OracleVersionError(OracleError):
+    """The oracle venv's mlx (or backend) differs from the project's: bits are not comparable."""
+
+
+class GoldenError(HarnessError):
+    """A golden is missing, corrupted or unreadable."""
+
+
+class StaleGoldenError(GoldenError):
+    """A golden's provenance no longer matches: regenerate it explicitly with `make goldens`."""
+
+
+class RecordError(HarnessError):
+    """A record has the wrong tensors (shape, dtype, missing keys)."""

@@ -1,0 +1,32 @@
+"""Where things live. The cache holds everything large or generated and stays out of git."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def cache_root() -> Path:
+    """Root of the untracked cache (venvs, artifacts, golden blobs, locks).
+
+    `MLX_PARITY_CACHE` moves it (tests use a temporary one); default `<repo>/.cache`.
+    """
+    return Path(os.environ.get("MLX_PARITY_CACHE", REPO_ROOT / ".cache")).resolve()
+
+
+def profiles_dir() -> Path:
+    return Path(os.environ.get("MLX_PARITY_PROFILES", REPO_ROOT / "profiles")).resolve()
+
+
+def goldens_dir() -> Path:
+    return Path(os.environ.get("MLX_PARITY_GOLDENS", REPO_ROOT / "goldens")).resolve()
+
+
+def reports_dir() -> Path:
+    return Path(os.environ.get("MLX_PARITY_REPORTS", REPO_ROOT / "reports")).resolve()
+
+
+def oracles_dir() -> Path:
+    return REPO_ROOT / "oracles"

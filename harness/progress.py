@@ -1,0 +1,44 @@
+"""Live progress on stderr (venv builds, golden generation, in-tree runs); quiet for CI logs.
+
+`MLX_PARITY_QUIET=1` silences it. Progress is a side channel: nothing reads it back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+
+from rich.console import Console
+
+
+class Progress:
+    def __init__(self) -> None:
+        self.console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+    @property
+    def quiet(self) -> bool:
+        return os.environ.get("MLX_PARITY_QUIET", "") not in ("", "0")
+
+    def say(self, message: str) -> None:
+        if not self.quiet:
+            self.console.print(f"[dim]parity[/dim] {message}")
+
+    @contextlib.contextmanager
+    def task(self, description: str) -> Iterator[None]:
+        start = time.perf_counter()
+        self.say(f"{description} ...")
+        try:
+            yield
+        finally:
+            self.say(f"{description}: done in {time.perf_counter() - start:.1f}s")
+
+    def step(self, label: str, index: int, total: int, started: float) -> None:
+        """One line per few steps: model/scenario, step i/N, elapsed."""
+        if self.quiet or not (index == total or index % 8 == 0):
+            return
+        self.say(f"{label}: step {index}/{total} ({time.perf_counter() - started:.1f}s)")
+
+
+progress = Progress()

@@ -1,0 +1,158 @@
+"""pytest face of the harness: profiles become items (profile x scenario x check).
+
+`pytest profiles/ --model smollm2-135m` selects a model; `-n auto --dist loadgroup` runs in
+parallel with each scenario's checks kept on one worker (one in-tree run per scenario).
+The controller gathers every item's structured result, prints the verdict table and writes
+the JSON report.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.compare import CheckResult
+from harness.errors import HarnessError
+from harness.paths import profiles_dir
+from harness.profile import Profile, Scenario, available_profiles, load_profile
+from harness.provenance import device_facts
+from harness.report import ItemResult, build_report, print_table, write_report
+from harness.session import ParitySession
+
+_SESSION_KEY = pytest.StashKey[ParitySession]()
+_RESULTS_KEY = pytest.StashKey[list[ItemResult]]()
+_STARTED_KEY = pytest.StashKey[dt.datetime]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("parity")
+    group.addoption("--model", action="append", default=[], help="model(s) to gate (profile names)")
+    group.addoption("--parity-report", default=None, help="write the JSON report here (default: reports/)")
+    group.addoption("--no-parity-report", action="store_true", help="do not write a JSON report")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "parity: a parity gate collected from a profile")
+    config.addinivalue_line("markers", "L1: tier L1 (bit-exact against the plain oracle)")
+    config.addinivalue_line("markers", "L2: tier L2 (composed oracle or explained budget)")
+    config.stash[_RESULTS_KEY] = []
+    config.stash[_STARTED_KEY] = dt.datetime.now(dt.UTC)
+    requested = [m for value in config.getoption("model") for m in value.split(",") if m]
+    known = available_profiles()
+    unknown = [m for m in requested if m not in known]
+    if unknown:
+        raise pytest.UsageError(
+            f"unknown model(s) {unknown}: no profile in {profiles_dir()}; known models: {', '.join(known) or '(none)'}"
+        )
+
+
+def _session(config: pytest.Config) -> ParitySession:
+    if _SESSION_KEY not in config.stash:
+        config.stash[_SESSION_KEY] = ParitySession()
+    return config.stash[_SESSION_KEY]
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if file_path.suffix == ".yaml" and file_path.parent.resolve() == profiles_dir():
+        return ProfileFile.from_parent(parent, path=file_path)
+    return None
+
+
+class ProfileFile(pytest.File):
+    def collect(self):
+        requested = [m for value in self.config.getoption("model") for m in value.split(",") if m]
+        if requested and self.path.stem not in requested:
+            return
+        profile = load_profile(self.path)
+        for scenario in profile.scenarios:
+            for check in profile.checks(scenario):
+                item = ParityItem.from_parent(
+                    self, name=f"{scenario.id}::{check}", profile=profile, scenario=scenario, check=check
+                )
+                item.add_marker(pytest.mark.parity)
+                item.add_marker(getattr(pytest.mark, profile.tier))
+                item.add_marker(pytest.mark.xdist_group(f"{profile.name}:{scenario.id}"))
+                yield item
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, HarnessError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+
+class ParityFailure(Exception):
+    def __init__(self, result: CheckResult):
+        super().__init__(result.summary)
+        self.result = result
+
+
+class ParityItem(pytest.Item):
+    def __init__(self, *, profile: Profile, scenario: Scenario, check: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.profile, self.scenario, self.check = profile, scenario, check
+
+    def _result(self, outcome: str, summary: str, seconds: float, result: CheckResult | None) -> None:
+        item = ItemResult(
+            model=self.profile.name, scenario=self.scenario.id, check=self.check, tier=self.profile.tier,
+            oracle=self.profile.oracle, outcome=outcome, summary=summary, seconds=round(seconds, 3),
+            first_bad_step=result.first_bad_step if result else None,
+            details={"per_step": result.per_step, **result.details} if result else {},
+        )
+        # user_properties travel from xdist workers to the controller, which writes the report.
+        self.user_properties.append(("parity", json.dumps(item.__dict__)))
+
+    def runtest(self) -> None:
+        started = time.perf_counter()
+        try:
+            result = _session(self.config).run_check(self.profile, self.scenario, self.check)
+        except HarnessError as e:
+            self._result("error", str(e), time.perf_counter() - started, None)
+            raise
+        self._result("passed" if result.passed else "failed", result.summary, time.perf_counter() - started, result)
+        if not result.passed:
+            raise ParityFailure(result)
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, ParityFailure):
+            return f"{self.profile.name}/{self.scenario.id} {self.check} FAILED: {excinfo.value.result.summary}"
+        if isinstance(excinfo.value, HarnessError):
+            return f"{self.profile.name}/{self.scenario.id} {self.check} ERROR: {excinfo.value}"
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.profile.name}::{self.scenario.id}::{self.check}"
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when != "call":
+        return
+    for key, value in report.user_properties:
+        if key == "parity":
+            _pending.append(ItemResult(**json.loads(value)))
+
+
+_pending: list[ItemResult] = []
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    if hasattr(config, "workerinput"):  # xdist worker: the controller reports
+        return
+    results = list(_pending)
+    _pending.clear()
+    if not results:
+        return
+    print_table(results)
+    if config.getoption("no_parity_report"):
+        return
+    context = {"device": device_facts().as_dict(), "models": sorted({r.model for r in results})}
+    report = build_report(results, context, config.stash[_STARTED_KEY])
+    target = config.getoption("parity_report")
+    path = write_report(report, Path(target) if target else None)
+    config.stash[_RESULTS_KEY] = results
+    print(f"parity report: {path}")

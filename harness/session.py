@@ -1,0 +1,169 @@
+"""A parity session: wires profile -> artifact -> goldens / in-tree records -> checks.
+
+One session object serves the pytest plugin and the CLI alike. It memoizes what is
+expensive (artifact resolution, golden loading, in-tree runs) so that the checks of one
+scenario share one oracle run and one in-tree run per mode.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from filelock import FileLock
+
+from harness import HARNESS_VERSION
+from harness.artifacts import ResolvedArtifact, resolve_artifact
+from harness.compare import CheckResult, compare_eos, compare_prompt, compare_steps, compare_tokens
+from harness.errors import HarnessError, OracleVersionError
+from harness.paths import REPO_ROOT, cache_root, goldens_dir
+from harness.profile import Profile, Scenario, find_profile
+from harness.provenance import device_facts
+from harness.records import ScenarioRecord
+from harness.runners import InTreeRunner, ModelHook, OracleRunner
+from harness.store import Golden, GoldenStatus, GoldenStore
+from harness.venvs import pins_hash, pins_path
+
+# Which in-tree run each check judges: the free-running one or the teacher-forced one.
+CheckFn = Callable[[ScenarioRecord, ScenarioRecord], CheckResult]
+CHECKS: dict[str, tuple[str, CheckFn]] = {
+    "prompt_identity": ("free", lambda g, a: compare_prompt("prompt_identity", g, a)),
+    "prefill_logits": ("free", lambda g, a: compare_steps("prefill_logits", g, a, range(0, 1))),
+    "decode_logits": ("free", lambda g, a: compare_steps("decode_logits", g, a, range(1, len(g.tokens)))),
+    "teacher_forced_logits": (
+        "teacher_forced",
+        lambda g, a: compare_steps("teacher_forced_logits", g, a, range(0, len(g.tokens))),
+    ),
+    "greedy_tokens": ("free", lambda g, a: compare_tokens("greedy_tokens", g, a)),
+    "eos_stop": ("free", lambda g, a: compare_eos("eos_stop", g, a)),
+}
+
+
+def harness_commit() -> str:
+    out = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
+                         capture_output=True, text=True, check=False)
+    dirty = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, check=False)
+    commit = out.stdout.strip() or "unknown"
+    return commit + ("+dirty" if dirty.stdout.strip() else "")
+
+
+@dataclass
+class ParitySession:
+    model_hook: ModelHook | None = None
+    _profiles: dict[str, Profile] = field(default_factory=dict)
+    _artifacts: dict[str, ResolvedArtifact] = field(default_factory=dict)
+    _goldens: dict[str, dict[str, Golden]] = field(default_factory=dict)
+    _runners: dict[str, InTreeRunner] = field(default_factory=dict)
+    _records: dict[tuple[str, str, str], ScenarioRecord] = field(default_factory=dict)
+
+    @property
+    def store(self) -> GoldenStore:
+        return GoldenStore(goldens_dir(), cache_root() / "blobs", device_facts().key)
+
+    def profile(self, name: str) -> Profile:
+        if name not in self._profiles:
+            self._profiles[name] = find_profile(name)
+        return self._profiles[name]
+
+    def artifact(self, profile: Profile) -> ResolvedArtifact:
+        if profile.name not in self._artifacts:
+            self._artifacts[profile.name] = resolve_artifact(profile)
+        return self._artifacts[profile.name]
+
+    def provenance(self, profile: Profile, scenario: Scenario) -> dict[str, Any]:
+        """Everything a golden's bits depend on; any change makes the golden stale."""
+        return {
+            "harness_version": HARNESS_VERSION,
+            "tier": profile.tier,
+            "oracle": {"name": profile.oracle, "pins_hash": pins_hash(pins_path(profile.oracle).read_text())},
+            "device": device_facts().as_dict(),
+            "artifact": self.artifact(profile).provenance(),
+            "scenario_hash": profile.scenario_hash(scenario),
+        }
+
+    # -- goldens ---------------------------------------------------------------------------
+
+    def goldens(self, profile: Profile, regenerate: bool = False) -> dict[str, Golden]:
+        """Load the profile's goldens, generating absent ones; stale ones only when asked."""
+        if profile.name in self._goldens and not regenerate:
+            return self._goldens[profile.name]
+        store = self.store
+        lock = store.lock_path(profile.name)
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(lock)):  # xdist workers: one generates, the others wait and read
+            todo: list[Scenario] = []
+            expected_blobs: dict[str, dict[str, Any]] = {}
+            for scenario in profile.scenarios:
+                status = store.status(profile.name, scenario.id, self.provenance(profile, scenario))
+                if regenerate or status is GoldenStatus.ABSENT:
+                    todo.append(scenario)
+                elif status is GoldenStatus.STALE:
+                    raise store.stale_error(profile.name, scenario.id, self.provenance(profile, scenario))
+                elif status is GoldenStatus.BLOBS_MISSING:
+                    manifest = store.read_manifest(profile.name, scenario.id) or {}
+                    expected_blobs[scenario.id] = manifest.get("blobs", {})
+                    todo.append(scenario)
+            if todo:
+                self._generate(profile, todo, expected_blobs)
+            goldens = {s.id: store.load(profile.name, s.id) for s in profile.scenarios}
+        for golden in goldens.values():
+            oracle_mlx = golden.manifest.get("oracle_environment", {}).get("mlx")
+            if oracle_mlx != device_facts().mlx:
+                raise OracleVersionError(
+                    f"golden {golden.manifest_path} was made by an oracle running mlx {oracle_mlx}, the "
+                    f"project runs mlx {device_facts().mlx}: refusing to compare"
+                )
+        self._goldens[profile.name] = goldens
+        return goldens
+
+    def _generate(self, profile: Profile, scenarios: list[Scenario], expected_blobs: dict[str, Any]) -> None:
+        artifact = self.artifact(profile)
+        specs = [profile.scenario_spec(s) for s in scenarios]
+        environment, records = OracleRunner(profile.oracle).run(artifact.model_dir, specs)
+        for scenario in scenarios:
+            record = records[scenario.id]
+            record.validate(f"oracle record {profile.name}/{scenario.id}", profile.steps(scenario) + 1)
+            extra = {
+                "tier": profile.tier,
+                "oracle": profile.oracle,
+                "oracle_environment": environment,
+                "harness_commit": harness_commit(),
+                "scenario_spec": profile.scenario_spec(scenario),
+            }
+            self.store.write(profile.name, scenario.id, record, self.provenance(profile, scenario), extra,
+                             expect_blobs=expected_blobs.get(scenario.id))
+
+    # -- in-tree -----------------------------------------------------------------------------
+
+    def runner(self, profile: Profile) -> InTreeRunner:
+        if profile.name not in self._runners:
+            if profile.implementation != "universal-llama":
+                raise HarnessError(f"{profile.name}: no in-tree runner for implementation {profile.implementation!r}")
+            self._runners[profile.name] = InTreeRunner(
+                self.artifact(profile).model_dir, self.model_hook, label=f"{profile.name}/"
+            )
+        return self._runners[profile.name]
+
+    def intree(self, profile: Profile, scenario: Scenario, mode: str) -> ScenarioRecord:
+        key = (profile.name, scenario.id, mode)
+        if key not in self._records:
+            spec = profile.scenario_spec(scenario)
+            forced = None
+            if mode == "teacher_forced":
+                forced = self.goldens(profile)[scenario.id].record.tokens
+            record = self.runner(profile).run(spec, forced_tokens=forced)
+            record.validate(f"in-tree record {profile.name}/{scenario.id} ({mode})")
+            self._records[key] = record
+        return self._records[key]
+
+    # -- checks ------------------------------------------------------------------------------
+
+    def run_check(self, profile: Profile, scenario: Scenario, check: str) -> CheckResult:
+        if check not in CHECKS:
+            raise HarnessError(f"{profile.name}/{scenario.id}: unknown check {check!r}; known: {sorted(CHECKS)}")
+        mode, fn = CHECKS[check]
+        golden = self.goldens(profile)[scenario.id]
+        return fn(golden.record, self.intree(profile, scenario, mode))

@@ -1,0 +1,134 @@
+"""Oracle isolation: each oracle runs in its own venv, built from its pins, keyed by their hash.
+
+The venv lives in the untracked cache under `venvs/<oracle>-<hash of pins>`; it is built
+once (under a file lock, into a temporary folder renamed into place when complete), reused
+while the pins are unchanged, and a new one is built when they change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock
+
+from harness.errors import OracleError, OracleVersionError
+from harness.paths import cache_root, oracles_dir
+from harness.progress import progress
+
+_VERSIONS_SNIPPET = (
+    "import importlib.metadata as m, json, sys\n"
+    "out = {}\n"
+    "for d in sys.argv[1:]:\n"
+    "    try: out[d] = m.version(d)\n"
+    "    except m.PackageNotFoundError: out[d] = None\n"
+    "print(json.dumps(out))\n"
+)
+
+
+@dataclass(frozen=True)
+class OracleEnv:
+    """A built oracle venv: its python, the pins it was built from and their hash."""
+
+    name: str
+    root: Path
+    pins_hash: str
+    pins: str
+
+    @property
+    def python(self) -> Path:
+        return self.root / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+    @property
+    def generator(self) -> Path:
+        return oracles_dir() / self.name / "generate.py"
+
+    def versions(self, *dists: str) -> dict[str, str | None]:
+        """Versions actually installed in the venv (asked of its own interpreter)."""
+        out = subprocess.run(
+            [str(self.python), "-I", "-c", _VERSIONS_SNIPPET, *dists],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if out.returncode != 0:
+            raise OracleError(f"oracle venv {self.root}: cannot read versions: {out.stderr.strip()}")
+        return json.loads(out.stdout)
+
+
+def pins_path(oracle: str) -> Path:
+    path = oracles_dir() / oracle / "requirements.txt"
+    if not path.is_file():
+        raise OracleError(f"unknown oracle {oracle!r}: expected pins at {path}")
+    return path
+
+
+def pins_hash(pins: str) -> str:
+    """Hash of what determines the venv: the pins and the interpreter they install into."""
+    basis = f"{pins}\n{sys.version_info[:2]}\n{platform.machine()}\n{sys.platform}"
+    return hashlib.sha256(basis.encode()).hexdigest()[:16]
+
+
+def ensure_oracle_env(oracle: str) -> OracleEnv:
+    """Return the oracle's venv, building it first if its pins have no venv yet."""
+    pins = pins_path(oracle).read_text()
+    digest = pins_hash(pins)
+    root = cache_root() / "venvs" / f"{oracle}-{digest}"
+    env = OracleEnv(name=oracle, root=root, pins_hash=digest, pins=pins)
+    marker = root / ".complete"
+    if marker.exists():
+        return env
+    (cache_root() / "locks").mkdir(parents=True, exist_ok=True)
+    with FileLock(str(cache_root() / "locks" / f"venv-{oracle}-{digest}.lock")):
+        if marker.exists():  # another process built it while we waited
+            return env
+        _build(env)
+    return env
+
+
+def _build(env: OracleEnv) -> None:
+    tmp = env.root.with_name(env.root.name + f".building-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    log = env.root.parent / f"{env.root.name}.build.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with progress.task(f"building oracle venv {env.name} (pins {env.pins_hash})"):
+        with open(log, "w") as out:
+            steps = [
+                [sys.executable, "-m", "venv", str(tmp)],
+                [str(tmp / "bin" / "python"), "-m", "pip", "install", "--no-input", "-r", str(pins_path(env.name))],
+            ]
+            for cmd in steps:
+                out.write(f"$ {' '.join(cmd)}\n")
+                out.flush()
+                result = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False)
+                if result.returncode != 0:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    tail = log.read_text().splitlines()[-15:]
+                    raise OracleError(
+                        f"building oracle venv {env.name} from {pins_path(env.name)} failed "
+                        f"(exit {result.returncode}); log {log}:\n" + "\n".join(tail)
+                    )
+    (tmp / ".complete").write_text(env.pins_hash + "\n")
+    # A venv's scripts hold absolute paths, so it is built at a temporary path and moved;
+    # `python -I script` and `-m` still work from the new place (pyvenv.cfg is relative to it).
+    os.replace(tmp, env.root)
+
+
+def check_same_mlx(env: OracleEnv, project_mlx: str) -> dict[str, str | None]:
+    """Refuse to go on when the oracle's mlx differs from the project's: bits would not compare."""
+    versions = env.versions("mlx", "mlx-lm", "mlx-cpu", "transformers")
+    oracle_mlx = versions.get("mlx")
+    if oracle_mlx != project_mlx:
+        raise OracleVersionError(
+            f"oracle {env.name} venv {env.root} has mlx {oracle_mlx}, the project venv has mlx "
+            f"{project_mlx}: refusing to generate or compare goldens across mlx versions "
+            f"(pin the same mlx in {pins_path(env.name)} and requirements.txt)"
+        )
+    return versions

@@ -1,0 +1,135 @@
+"""The universal Llama: one config-driven decoder for every Llama-shaped checkpoint.
+
+Module names match the checkpoint tensor names (model.layers.N.self_attn.q_proj, ...)
+so weights load without renaming. Each `__call__` uses the MLX ops mlx-lm's llama.py
+uses, in the same order: the parity harness compares logits bit for bit.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from models.universal.cache import KVCache
+from models.universal.config import LlamaConfig
+from models.universal.rope import make_rope
+
+
+@partial(mx.compile, shapeless=True)
+def swiglu(gate: mx.array, up: mx.array) -> mx.array:
+    # Compiled like mlx-lm's: the fused kernel rounds differently from eager ops.
+    return nn.silu(gate) * up
+
+
+class Attention(nn.Module):
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.n_heads = config.num_attention_heads
+        self.n_kv_heads = config.n_kv_heads
+        head_dim = config.attention_head_dim
+        self.scale = head_dim**-0.5
+        dim, bias = config.hidden_size, config.attention_bias
+        self.q_proj = nn.Linear(dim, self.n_heads * head_dim, bias=bias)
+        self.k_proj = nn.Linear(dim, self.n_kv_heads * head_dim, bias=bias)
+        self.v_proj = nn.Linear(dim, self.n_kv_heads * head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.n_heads * head_dim, dim, bias=bias)
+        self.rope = make_rope(config)
+
+    def __call__(self, x: mx.array, mask: str | None, cache: KVCache | None) -> mx.array:
+        batch, length, _ = x.shape
+        queries, keys, values = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        # (B, L, heads * head_dim) -> (B, heads, L, head_dim)
+        queries = queries.reshape(batch, length, self.n_heads, -1).transpose(0, 2, 1, 3)
+        keys = keys.reshape(batch, length, self.n_kv_heads, -1).transpose(0, 2, 1, 3)
+        values = values.reshape(batch, length, self.n_kv_heads, -1).transpose(0, 2, 1, 3)
+
+        if cache is not None:
+            queries = self.rope(queries, offset=cache.offset)
+            keys = self.rope(keys, offset=cache.offset)
+            keys, values = cache.update_and_fetch(keys, values)
+        else:
+            queries = self.rope(queries)
+            keys = self.rope(keys)
+
+        # GQA needs no repeat: the fused SDPA broadcasts kv heads over query heads.
+        out = mx.fast.scaled_dot_product_attention(
+            queries, keys, values, scale=self.scale, mask=mask
+        )
+        out = out.transpose(0, 2, 1, 3).reshape(batch, length, -1)
+        return self.o_proj(out)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        dim, hidden, bias = config.hidden_size, config.intermediate_size, config.mlp_bias
+        self.gate_proj = nn.Linear(dim, hidden, bias=bias)
+        self.down_proj = nn.Linear(hidden, dim, bias=bias)
+        self.up_proj = nn.Linear(dim, hidden, bias=bias)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x)))
+
+
+class Block(nn.Module):
+    """Pre-norm residual block: x + attn(norm(x)), then h + mlp(norm(h))."""
+
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.self_attn = Attention(config)
+        self.mlp = MLP(config)
+        self.input_layernorm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def __call__(self, x: mx.array, mask: str | None, cache: KVCache | None) -> mx.array:
+        h = x + self.self_attn(self.input_layernorm(x), mask, cache)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class LlamaBody(nn.Module):
+    """Embedding, the blocks and the final norm: token ids -> final hidden states."""
+
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = [Block(config) for _ in range(config.num_hidden_layers)]
+        self.norm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def __call__(self, inputs: mx.array, cache: list[KVCache] | None = None) -> mx.array:
+        h = self.embed_tokens(inputs)
+        length = h.shape[1]
+        if cache is None:
+            cache = [None] * len(self.layers)
+            mask = "causal" if length > 1 else None
+        else:
+            mask = cache[0].attention_mask(length)
+        for layer, layer_cache in zip(self.layers, cache):
+            h = layer(h, mask, layer_cache)
+        return self.norm(h)
+
+
+class UniversalLlama(nn.Module):
+    """The body plus the LM head (tied to the embedding or a separate lm_head)."""
+
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.config = config
+        self.model = LlamaBody(config)
+        if not config.tie_word_embeddings:
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+
+    def __call__(self, inputs: mx.array, cache: list[KVCache] | None = None) -> mx.array:
+        """Token ids (B, L) -> logits (B, L, vocab); `cache` is updated in place."""
+        h = self.model(inputs, cache)
+        if self.config.tie_word_embeddings:
+            return self.model.embed_tokens.as_linear(h)
+        return self.lm_head(h)
+
+    @property
+    def layers(self) -> list[Block]:
+        return self.model.layers
+
+    def make_cache(self) -> list[KVCache]:
+        return [KVCache() for _ in self.layers]
