@@ -138,7 +138,7 @@ def _resolve_pypi_gguf(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
             try:
                 try:
                     gguf_llama.convert_gguf_llama(gguf, tmp)
-                except ValueError as e:
+                except (ValueError, RuntimeError) as e:  # RuntimeError: mlx cannot parse the file
                     raise ArtifactError(f"artifact {spec.package}=={spec.version}:{spec.file}: cannot convert: {e}") from None
                 (tmp / ".complete").write_text(spec.sha256 + "\n")
                 shutil.rmtree(target, ignore_errors=True)

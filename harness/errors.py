@@ -35,3 +35,7 @@ class StaleGoldenError(GoldenError):
 
 class RecordError(HarnessError):
     """A record has the wrong tensors (shape, dtype, missing keys)."""
+
+
+class InTreeLoadError(HarnessError):
+    """The in-tree implementation refused the artifact (unknown/missing tensors, bad config)."""

@@ -180,7 +180,10 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
         args = typing.get_args(tp)
         if value is None and type(None) in args:
             return None
-        for arg in args:
+        candidates = [a for a in args if a is not type(None)]
+        if len(candidates) == 1:  # Optional[X]: X's own message is the precise one
+            return _convert(value, candidates[0], where)
+        for arg in candidates:
             if arg is type(None):
                 continue
             try:

@@ -61,7 +61,7 @@ def write_report(report: dict[str, Any], path: Path | None = None) -> Path:
 
 
 def print_table(results: list[ItemResult], console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or Console(width=None if Console().is_terminal else 160)
     table = Table(title=f"Parity verdict: {verdict(results)}", show_lines=False)
     for column in ("model", "scenario", "check", "tier", "verdict", "detail"):
         table.add_column(column, overflow="fold")

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.errors import OracleError, OracleVersionError
+from harness.errors import InTreeLoadError, OracleError, OracleVersionError
 from harness.paths import cache_root
 from harness.progress import progress
 from harness.provenance import classify_blas, device_facts
@@ -88,10 +88,13 @@ class InTreeRunner:
     def __init__(self, model_dir: Path, model_hook: ModelHook | None = None, label: str = ""):
         from models.universal import ChatTokenizer, load_model
 
-        self.model, self.config = load_model(model_dir)
+        try:
+            self.model, self.config = load_model(model_dir)
+            self.tokenizer = ChatTokenizer.from_dir(model_dir)
+        except ValueError as e:  # the models' own load errors name the tensors / keys
+            raise InTreeLoadError(f"in-tree universal-llama cannot load {model_dir}: {e}") from None
         if model_hook is not None:
             model_hook(self.model)  # tests perturb the model here to prove the gates fail
-        self.tokenizer = ChatTokenizer.from_dir(model_dir)
         self.label = label
 
     def encode(self, spec: dict[str, Any]) -> tuple[str | None, list[int]]:

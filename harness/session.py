@@ -53,6 +53,7 @@ def harness_commit() -> str:
 @dataclass
 class ParitySession:
     model_hook: ModelHook | None = None
+    oracle_runner: Callable[[str], OracleRunner] = OracleRunner  # tests inject a fake oracle
     _profiles: dict[str, Profile] = field(default_factory=dict)
     _artifacts: dict[str, ResolvedArtifact] = field(default_factory=dict)
     _goldens: dict[str, dict[str, Golden]] = field(default_factory=dict)
@@ -122,7 +123,7 @@ class ParitySession:
     def _generate(self, profile: Profile, scenarios: list[Scenario], expected_blobs: dict[str, Any]) -> None:
         artifact = self.artifact(profile)
         specs = [profile.scenario_spec(s) for s in scenarios]
-        environment, records = OracleRunner(profile.oracle).run(artifact.model_dir, specs)
+        environment, records = self.oracle_runner(profile.oracle).run(artifact.model_dir, specs)
         for scenario in scenarios:
             record = records[scenario.id]
             record.validate(f"oracle record {profile.name}/{scenario.id}", profile.steps(scenario) + 1)

@@ -1,0 +1,260 @@
+"""`python -m harness.bench --model NAME`: speed of the in-tree model vs mlx-lm, and what a warm parity costs.
+
+Figures, all measured on this machine in one run (docs/benchmarks.md keeps the latest):
+
+1. prefill and decode tok/s of the in-tree universal Llama (`greedy_steps`, in this process) and
+   of mlx-lm (`generate_step`, through oracles/<oracle>/bench.py in the oracle venv), on the
+   same prompt ids: one warm-up, then the median of `--repeats` timed runs;
+2. the wall time of a warm `python -m harness parity` (goldens present: no generation), set
+   against the in-tree runs it contains (timed here, the same scenarios and modes) and the model
+   load, so that what remains is the harness's own overhead; plus one cold oracle generation;
+3. the machine facts the numbers depend on;
+4. the in-tree speed once more with OpenBLAS preloaded (measured only: the default stays the
+   wheel's reference BLAS, which the goldens' device key names).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.paths import REPO_ROOT, cache_root, oracles_dir, reports_dir
+from harness.profile import Profile
+from harness.progress import progress
+from harness.provenance import device_facts
+
+OPENBLAS = Path("/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0")
+
+
+# -- 1. speed ----------------------------------------------------------------------------------
+
+
+def bench_prompt(profile: Profile, runner: Any) -> tuple[str, list[int]]:
+    """The longest scenario prompt (as parity encodes it): a prompt the gate already runs."""
+    encoded = {s.id: runner.encode(profile.scenario_spec(s))[1] for s in profile.scenarios}
+    longest = max(encoded, key=lambda sid: len(encoded[sid]))
+    return longest, encoded[longest]
+
+
+def time_intree(model: Any, prompt_ids: list[int], steps: int) -> tuple[float, float]:
+    """One greedy run of steps + 1 tokens: (prefill s = call to step 0, decode s = step 0 to last step)."""
+    import mlx.core as mx
+
+    from models.universal import greedy_steps
+
+    started = time.perf_counter()
+    stamps = [time.perf_counter() for _ in greedy_steps(model, prompt_ids, steps + 1)]  # each token is .item()'d
+    mx.synchronize()
+    return stamps[0] - started, stamps[-1] - stamps[0]
+
+
+def summarize(prompt_len: int, steps: int, prefill_s: list[float], decode_s: list[float]) -> dict[str, Any]:
+    return {
+        "prefill_tok_s": prompt_len / statistics.median(prefill_s),
+        "decode_tok_s": steps / statistics.median(decode_s),
+        "prefill_s": prefill_s,
+        "decode_s": decode_s,
+    }
+
+
+def intree_speed(model: Any, prompt_ids: list[int], steps: int, repeats: int) -> dict[str, Any]:
+    time_intree(model, prompt_ids, steps)  # warm-up
+    runs = [time_intree(model, prompt_ids, steps) for _ in range(repeats)]
+    return summarize(len(prompt_ids), steps, [r[0] for r in runs], [r[1] for r in runs])
+
+
+def oracle_speed(profile: Profile, model_dir: Path, prompt_ids: list[int], steps: int, repeats: int) -> dict[str, Any]:
+    """The oracle's own decode loop, timed in its venv (`python -I`: the repository is not importable there)."""
+    from harness.venvs import ensure_oracle_env
+
+    env = ensure_oracle_env(profile.oracle)
+    with tempfile.TemporaryDirectory(prefix="bench-", dir=_tmp()) as tmp:
+        ids = Path(tmp) / "ids.json"
+        ids.write_text(json.dumps({"prompt_ids": prompt_ids, "steps": steps, "repeats": repeats}))
+        script = oracles_dir() / profile.oracle / "bench.py"
+        cmd = [str(env.python), "-I", str(script), "--model-dir", str(model_dir), "--ids", str(ids)]
+        child_env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")} | {"HF_HUB_OFFLINE": "1"}
+        out = _run(cmd, env=child_env, cwd=tmp)
+    raw = json.loads(out.stdout.strip().splitlines()[-1])
+    return summarize(len(prompt_ids), steps, raw["prefill_s"], raw["decode_s"]) | {
+        k: raw[k] for k in ("mlx", "mlx-lm", "device", "blas_libraries")
+    }
+
+
+def openblas_speed(model: str, steps: int, repeats: int) -> dict[str, Any] | None:
+    """The in-tree speed in a child with OpenBLAS preloaded; None when OpenBLAS is not installed."""
+    if not OPENBLAS.exists():
+        return None
+    cmd = [sys.executable, "-m", "harness.bench", "--model", model, "--steps", str(steps), "--repeats", str(repeats)]
+    out = _run([*cmd, "--speed-only"], env=os.environ | {"LD_PRELOAD": str(OPENBLAS)}, cwd=REPO_ROOT)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# -- 2. harness overhead ------------------------------------------------------------------------
+
+
+def intree_parity_work(session: Any, profile: Profile) -> tuple[Any, dict[str, float]]:
+    """What a warm parity does besides checking: load goldens, load the model, run every scenario twice."""
+    started = time.perf_counter()
+    goldens = session.goldens(profile)
+    golden_s = time.perf_counter() - started
+    started = time.perf_counter()
+    runner = session.runner(profile)
+    load_s = time.perf_counter() - started
+    started = time.perf_counter()
+    for scenario in profile.scenarios:
+        spec = profile.scenario_spec(scenario)
+        runner.run(spec)
+        runner.run(spec, forced_tokens=goldens[scenario.id].record.tokens)
+    forward_s = time.perf_counter() - started
+    times = {"golden_load_s": golden_s, "model_load_s": load_s, "intree_forward_s": forward_s}
+    return runner, times | {"scenarios": len(profile.scenarios)}
+
+
+def parity_wall(model: str) -> dict[str, Any]:
+    """Wall time of `python -m harness parity` as `make parity` runs it (report to a temporary file)."""
+    with tempfile.TemporaryDirectory(prefix="bench-", dir=_tmp()) as tmp:
+        report = Path(tmp) / "report.json"
+        cmd = [sys.executable, "-m", "harness", "parity", "--model", model, "--report", str(report)]
+        started = time.perf_counter()
+        _run(cmd, env=dict(os.environ), cwd=REPO_ROOT)
+        wall = time.perf_counter() - started
+        verdict = json.loads(report.read_text())["verdict"]
+    return {"parity_wall_s": wall, "parity_verdict": verdict}
+
+
+def oracle_generation(profile: Profile, model_dir: Path) -> float:
+    """One full oracle generation of all scenarios: what a cold parity adds (nothing is written)."""
+    from harness.runners import OracleRunner
+
+    specs = [profile.scenario_spec(s) for s in profile.scenarios]
+    started = time.perf_counter()
+    OracleRunner(profile.oracle).run(model_dir, specs)
+    return time.perf_counter() - started
+
+
+# -- 3. machine, plumbing, output ---------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    facts = device_facts()
+    return {
+        "device": facts.as_dict(),
+        "cpu_count": os.cpu_count(),
+        "nproc": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "python": platform.python_version(),
+        "mlx": facts.mlx,
+        "blas": facts.blas,
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def _tmp() -> Path:
+    path = cache_root() / "tmp"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _run(cmd: list[str], env: dict[str, str], cwd: Path | str) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, check=False)
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-20:])
+        raise SystemExit(f"bench: {' '.join(cmd[:4])} ... failed (exit {result.returncode}):\n{tail}")
+    return result
+
+
+def table(result: dict[str, Any]) -> str:
+    """The figures as markdown (also what docs/benchmarks.md shows)."""
+    s, h, m = result["speed"], result["harness"], result["machine"]
+    blas = s.get("intree_openblas")
+    lines = [
+        f"Prompt: {result['prompt']['scenario']} ({result['prompt']['tokens']} tokens), "
+        f"{result['steps']} greedy decode steps, median of {result['repeats']}.",
+        "",
+        "| tok/s | in-tree | mlx-lm | in-tree + OpenBLAS |",
+        "|---|---:|---:|---:|",
+    ]
+    for key, label in (("prefill_tok_s", "prefill"), ("decode_tok_s", "decode")):
+        extra = f"{blas[key]:.1f}" if blas else "not measured"
+        lines.append(f"| {label} | {s['intree'][key]:.1f} | {s['mlx_lm'][key]:.1f} | {extra} |")
+    wall = h["parity_wall_s"]
+    lines += ["", f"| warm `parity` ({h['parity_verdict']}) | s | % of wall |", "|---|---:|---:|"]
+    for key, label in (
+        ("parity_wall_s", "total wall"),
+        ("intree_forward_s", f"in-tree forward ({h['scenarios']} scenarios x free + teacher-forced)"),
+        ("model_load_s", "model load"),
+        ("golden_load_s", "golden loading (part of overhead)"),
+        ("overhead_s", "harness overhead = wall - forward - model load"),
+    ):
+        lines.append(f"| {label} | {h[key]:.2f} | {100 * h[key] / wall:.1f} |")
+    lines.append(f"| cold: oracle generation, all scenarios (not in a warm run) | {h['oracle_generation_s']:.2f} | |")
+    d = m["device"]
+    lines += ["", f"Machine: {d['key']} ({d['processor']}, nproc {m['nproc']}), python {m['python']}, {m['date']}"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m", help="profile name")
+    parser.add_argument("--steps", type=int, default=32, help="greedy decode steps per timed run")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per figure (the median is reported)")
+    parser.add_argument("--out", type=Path, help="JSON output (default: a new file under reports/)")
+    parser.add_argument("--speed-only", action="store_true", help=argparse.SUPPRESS)  # the OpenBLAS child
+    args = parser.parse_args(argv)
+
+    from harness.session import ParitySession
+
+    session = ParitySession()
+    profile = session.profile(args.model)
+    model_dir = session.artifact(profile).model_dir
+    if args.speed_only:
+        runner = session.runner(profile)
+        _, ids = bench_prompt(profile, runner)
+        speed = intree_speed(runner.model, ids, args.steps, args.repeats)
+        print(json.dumps(speed | {"blas": device_facts().blas}))
+        return 0
+
+    with progress.task("bench: in-tree work of a parity (goldens, model load, scenarios x 2 modes)"):
+        runner, harness = intree_parity_work(session, profile)
+    scenario, ids = bench_prompt(profile, runner)
+    with progress.task(f"bench: in-tree speed ({len(ids)}-token prompt)"):
+        intree = intree_speed(runner.model, ids, args.steps, args.repeats)
+    with progress.task("bench: mlx-lm speed (oracle venv)"):
+        mlx_lm = oracle_speed(profile, model_dir, ids, args.steps, args.repeats)
+    with progress.task("bench: in-tree speed with OpenBLAS preloaded"):
+        openblas = openblas_speed(args.model, args.steps, args.repeats)
+    with progress.task("bench: warm parity subprocess"):
+        harness |= parity_wall(args.model)
+    with progress.task("bench: cold oracle generation"):
+        harness["oracle_generation_s"] = oracle_generation(profile, model_dir)
+    harness["overhead_s"] = harness["parity_wall_s"] - harness["intree_forward_s"] - harness["model_load_s"]
+
+    result = {
+        "model": profile.name,
+        "steps": args.steps,
+        "repeats": args.repeats,
+        "prompt": {"scenario": scenario, "tokens": len(ids)},
+        "speed": {"intree": intree, "mlx_lm": mlx_lm, "intree_openblas": openblas},
+        "harness": harness,
+        "machine": machine(),
+    }
+    print(table(result))
+    out = args.out or reports_dir() / f"bench-{profile.name}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"bench: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

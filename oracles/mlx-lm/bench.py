@@ -1,0 +1,64 @@
+"""mlx-lm speed probe: runs inside the oracle's own venv, never imports the harness.
+
+Times mlx-lm's own `generate_step` (greedy, one prefill chunk) on the prompt ids the harness
+gives it, the same way `harness.bench` times the in-tree `greedy_steps`: one warm-up run, then
+`repeats` timed runs, each with a fresh cache. Prefill = call to first token (prompt in, step 0
+out); decode = first token to last token. Prints one JSON object on stdout.
+
+Usage: python -I bench.py --model-dir DIR --ids ids.json   (ids.json: {"prompt_ids", "steps", "repeats"})
+"""
+
+import argparse
+import importlib.metadata
+import json
+import time
+from pathlib import Path
+
+import mlx.core as mx
+from mlx_lm import load
+from mlx_lm.generate import generate_step
+
+
+def timed_run(model, prompt_ids, steps):
+    """One greedy generation of steps + 1 tokens: (prefill seconds, decode seconds)."""
+    started = time.perf_counter()
+    stamps = []
+    for _token, _logprobs in generate_step(mx.array(prompt_ids), model, max_tokens=steps + 1):
+        stamps.append(time.perf_counter())  # generate_step has already called .item(): the token is computed
+    mx.synchronize()  # generate_step leaves one look-ahead step queued; keep it out of the next run
+    return stamps[0] - started, stamps[-1] - stamps[0]
+
+
+def loaded_blas():
+    try:
+        with open("/proc/self/maps") as f:
+            return sorted({line.split()[-1] for line in f if "blas" in line.lower()})
+    except OSError:
+        return []
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model-dir", required=True, type=Path)
+    parser.add_argument("--ids", required=True, type=Path)
+    args = parser.parse_args()
+    job = json.loads(args.ids.read_text())
+    model, _tokenizer = load(str(args.model_dir))
+    timed_run(model, job["prompt_ids"], job["steps"])  # warm-up
+    runs = [timed_run(model, job["prompt_ids"], job["steps"]) for _ in range(job["repeats"])]
+    print(
+        json.dumps(
+            {
+                "prefill_s": [r[0] for r in runs],
+                "decode_s": [r[1] for r in runs],
+                "mlx": importlib.metadata.version("mlx"),
+                "mlx-lm": importlib.metadata.version("mlx-lm"),
+                "device": str(mx.default_device()),
+                "blas_libraries": loaded_blas(),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""Shared fixtures for the harness's own tests."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+VALID_PROFILE = textwrap.dedent(
+    """\
+    name: {name}
+    implementation: universal-llama
+    tier: L1
+    oracle: mlx-lm
+    artifact:
+      source: hub
+      repo: example-org/tiny-llama
+      revision: 0123456789abcdef0123456789abcdef01234567
+    expect:
+      model_type: llama
+    scenarios:
+      - id: plain
+        prompt: "Hello"
+        steps: 3
+      - id: chat
+        messages:
+          - {{role: user, content: "Hi"}}
+    """
+)
+
+
+@pytest.fixture
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Profiles, goldens, reports and cache in a temporary tree (the real ones stay untouched)."""
+    for name, sub in (("PROFILES", "profiles"), ("GOLDENS", "goldens"), ("REPORTS", "reports"), ("CACHE", "cache")):
+        (tmp_path / sub).mkdir()
+        monkeypatch.setenv(f"MLX_PARITY_{name}", str(tmp_path / sub))
+    monkeypatch.setenv("MLX_PARITY_QUIET", "1")
+    return tmp_path
+
+
+def write_profile(root: Path, name: str = "tiny", text: str | None = None) -> Path:
+    path = root / "profiles" / f"{name}.yaml"
+    path.write_text(text if text is not None else VALID_PROFILE.format(name=name))
+    return path

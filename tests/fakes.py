@@ -1,0 +1,48 @@
+"""A fake oracle and artifact for session/store tests that must not build real venvs."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.artifacts import ResolvedArtifact
+from harness.provenance import device_facts
+from harness.records import ScenarioRecord
+from harness.session import ParitySession
+
+
+class FakeOracle:
+    """Deterministic 'oracle': seeded logits; appends one line per run to a counter file."""
+
+    counter: Path | None = None
+    delay: float = 0.0
+
+    def __init__(self, oracle: str):
+        self.oracle = oracle
+
+    def run(self, model_dir: Path, specs: list[dict[str, Any]]):
+        if FakeOracle.counter is not None:
+            with open(FakeOracle.counter, "a") as f:
+                f.write(f"{os.getpid()}\n")
+        time.sleep(FakeOracle.delay)
+        records = {}
+        for spec in specs:
+            rng = np.random.default_rng(len(spec["id"]))
+            logits = rng.standard_normal((spec["n_tokens"], 16)).astype(np.float32)
+            records[spec["id"]] = ScenarioRecord(
+                scenario_id=spec["id"], rendered_prompt=None, prompt_ids=[1, 2],
+                tokens=[int(t) for t in logits.argmax(axis=1)], logits=logits, eos_ids=[0],
+            )
+        return {"mlx": device_facts().mlx, "device": "Device(cpu, 0)"}, records
+
+
+def fake_session(model_dir: Path, weights_hash: str = "w0") -> ParitySession:
+    session = ParitySession(oracle_runner=FakeOracle)
+    artifact = ResolvedArtifact(model_dir=model_dir, identity={"source": "fake"},
+                                weight_hashes={"model.safetensors": weights_hash}, tokenizer_hash="t0")
+    session._artifacts["tiny"] = artifact
+    return session

@@ -1,0 +1,92 @@
+"""The comparator: raw-bit verdicts and failure explanations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness.compare import compare_eos, compare_prompt, compare_steps, compare_tokens, diff_vectors, ulp_distance
+from harness.records import ScenarioRecord
+
+
+def record(logits: np.ndarray, tokens: list[int] | None = None, **kw) -> ScenarioRecord:
+    tokens = tokens if tokens is not None else [int(np.argmax(r)) for r in logits]
+    defaults = dict(scenario_id="s", rendered_prompt="p", prompt_ids=[1, 2], eos_ids=[0])
+    return ScenarioRecord(tokens=tokens, logits=logits.astype(np.float32), **(defaults | kw))
+
+
+def test_ulp_distance_counts_representable_floats() -> None:
+    x = np.float32(1.5)
+    up = np.nextafter(x, np.float32(np.inf))
+    assert ulp_distance(np.array([x]), np.array([up]))[0] == 1
+    assert ulp_distance(np.array([-x]), np.array([-np.nextafter(up, np.float32(np.inf))]))[0] == 2
+    tiny = np.nextafter(np.float32(0), np.float32(1))
+    assert ulp_distance(np.array([-tiny]), np.array([tiny]))[0] == 2  # across zero
+
+
+def test_identical_vectors_are_equal() -> None:
+    v = np.random.default_rng(0).standard_normal(100).astype(np.float32)
+    assert diff_vectors(v, v.copy()).equal
+
+
+def test_signed_zero_is_a_difference_in_bits() -> None:
+    """Bit-exact means raw bits: allclose would call these equal, the gate must not."""
+    a, b = np.zeros(4, np.float32), np.zeros(4, np.float32)
+    b[2] = -0.0
+    diff = diff_vectors(a, b)
+    assert not diff.equal and diff.n_differing == 1 and diff.first_index == 2
+
+
+def test_one_ulp_difference_is_explained() -> None:
+    v = np.linspace(-3, 5, 50, dtype=np.float32)
+    w = v.copy()
+    w[7] = np.nextafter(w[7], np.float32(np.inf))
+    diff = diff_vectors(v, w)
+    assert (diff.n_differing, diff.first_index, diff.max_ulp) == (1, 7, 1)
+    text = diff.explain()
+    assert "1/50 elements differ" in text and "max ULP 1" in text and "first at index 7" in text
+    assert diff.expected_top5[0][0] == 49
+
+
+def test_shape_mismatch_is_a_wrong_tensor_failure() -> None:
+    diff = diff_vectors(np.zeros(5, np.float32), np.zeros(6, np.float32))
+    assert not diff.equal and "wrong tensor" in diff.explain()
+
+
+def test_compare_steps_names_the_first_bad_step() -> None:
+    g = np.random.default_rng(1).standard_normal((6, 20)).astype(np.float32)
+    a = g.copy()
+    a[3, 5] += 1e-3
+    a[5, 0] += 1.0
+    result = compare_steps("decode_logits", record(g), record(a), range(1, 6))
+    assert not result.passed and result.first_bad_step == 3 and result.steps_differing == 2
+    assert "first differing step 3 (2/5 steps differ)" in result.summary
+    assert compare_steps("decode_logits", record(g), record(g.copy()), range(1, 6)).passed
+
+
+def test_compare_tokens_reports_divergence_and_margin() -> None:
+    g = np.zeros((4, 3), np.float32)
+    g[:, 1] = 2.0
+    g[:, 2] = 1.5
+    result = compare_tokens("greedy_tokens", record(g), record(g, tokens=[1, 1, 2, 2]))
+    assert not result.passed and result.first_bad_step == 2
+    assert "margin there 0.5" in result.summary
+
+
+def test_prompt_identity_points_at_the_difference() -> None:
+    logits = np.zeros((1, 3), np.float32)
+    result = compare_prompt("p", record(logits, rendered_prompt="<s>user\nhi"), record(logits, rendered_prompt="<s>user hi"))
+    assert not result.passed and "character 7" in result.summary
+    result = compare_prompt("p", record(logits, prompt_ids=[1, 2, 3]), record(logits, prompt_ids=[1, 2, 4]))
+    assert not result.passed and "position 2" in result.summary
+
+
+@pytest.mark.parametrize(
+    ("oracle_eos", "intree_eos", "tokens_a", "ok"),
+    [([2], [2], [5, 2, 7], True), ([2], [2, 9], [5, 2, 7], False), ([2], [2], [5, 5, 2], False)],
+)
+def test_eos_stop(oracle_eos, intree_eos, tokens_a, ok) -> None:
+    logits = np.zeros((3, 10), np.float32)
+    golden = record(logits, tokens=[5, 2, 7], eos_ids=oracle_eos)
+    actual = record(logits, tokens=tokens_a, eos_ids=intree_eos)
+    assert compare_eos("eos_stop", golden, actual).passed is ok

@@ -1,0 +1,67 @@
+"""Profile validation: every malformed input names the file, the key and the expectation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.errors import ProfileError, UnknownModelError
+from harness.profile import L1_CHECKS, find_profile, load_profile
+from tests.conftest import VALID_PROFILE, write_profile
+
+
+def test_valid_profile_loads_into_typed_objects(isolated: Path) -> None:
+    profile = load_profile(write_profile(isolated))
+    assert profile.name == "tiny" and profile.tier == "L1"
+    plain, chat = profile.scenarios
+    assert plain.kind == "plain" and chat.kind == "chat"
+    assert profile.steps(plain) == 3 and profile.steps(chat) == 32
+    assert profile.checks(chat) == list(L1_CHECKS)
+    assert profile.scenario_spec(plain)["n_tokens"] == 4
+
+
+def test_repository_profiles_are_valid() -> None:
+    for path in sorted((Path(__file__).parent.parent / "profiles").glob("*.yaml")):
+        assert load_profile(path).name == path.stem
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda t: t.replace("tier: L1", "tier: L3"), "tier: expected one of 'L1' | 'L2', got 'L3'"),
+        (lambda t: t + "colour: blue\n", "unknown key(s) ['colour']"),
+        (lambda t: t.replace("oracle: mlx-lm\n", ""), "oracle: missing required field"),
+        (lambda t: t.replace("steps: 3", "steps: three"), "scenarios[0].steps: expected an integer, got 'three'"),
+        (lambda t: t.replace("revision: 0123456789abcdef0123456789abcdef01234567", "revision: main"),
+         "artifact.revision: expected a full 40-hex commit sha"),
+        (lambda t: t.replace('prompt: "Hello"', 'prompt: "Hello"\n    messages: []'),
+         "expected exactly one of 'prompt' or 'messages'"),
+        (lambda t: t.replace("id: chat", "id: plain"), "duplicate scenario id 'plain'"),
+        (lambda t: t.replace("steps: 3", "steps: 3\n    checks: [logits_everywhere]"),
+         "scenarios[0].checks[0]: expected one of"),
+        (lambda t: t.replace("name: tiny", "name: other"), "name: expected the file's stem 'tiny'"),
+        (lambda t: "just: [unclosed", "cannot read profile YAML"),
+    ],
+)
+def test_malformed_profiles_name_file_key_and_expectation(isolated: Path, edit, message: str) -> None:
+    path = write_profile(isolated, text=edit(VALID_PROFILE.format(name="tiny")))
+    with pytest.raises(ProfileError) as excinfo:
+        load_profile(path)
+    assert str(path) in str(excinfo.value)
+    assert message in str(excinfo.value)
+
+
+def test_unknown_model_lists_known_ones(isolated: Path) -> None:
+    write_profile(isolated)
+    with pytest.raises(UnknownModelError, match=r"unknown model 'nope'.*known models: tiny"):
+        find_profile("nope")
+
+
+def test_scenario_hash_changes_with_what_is_computed(isolated: Path) -> None:
+    path = write_profile(isolated)
+    before = load_profile(path)
+    path.write_text(VALID_PROFILE.format(name="tiny").replace("steps: 3", "steps: 4"))
+    after = load_profile(path)
+    assert before.scenario_hash(before.scenarios[0]) != after.scenario_hash(after.scenarios[0])
+    assert before.scenario_hash(before.scenarios[1]) == after.scenario_hash(after.scenarios[1])
