@@ -12,7 +12,9 @@ from harness.paths import REPO_ROOT, profiles_dir
 def _parity(args: argparse.Namespace, extra: list[str]) -> int:
     import pytest
 
-    pytest_args = [str(profiles_dir()), "-p", "no:cacheprovider", "-q", "-rN", f"--rootdir={REPO_ROOT}"]
+    # The plugin is named explicitly: profiles may live outside the repo (MLX_PARITY_PROFILES).
+    pytest_args = [str(profiles_dir()), "-p", "harness.pytest_plugin", "-p", "no:cacheprovider", "-q", "-rN",
+                   f"--rootdir={REPO_ROOT}"]
     for model in args.model:
         pytest_args += ["--model", model]
     if args.report:

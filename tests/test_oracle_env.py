@@ -1,0 +1,73 @@
+"""Oracle isolation and the one-mlx rule: refuse to generate or compare across mlx versions."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from harness.errors import OracleVersionError
+from harness.paths import oracles_dir
+from harness.runners import OracleRunner
+from harness.venvs import OracleEnv, check_same_mlx, pins_hash
+from tests.conftest import write_profile
+from tests.fakes import fake_session
+
+
+def fake_env(root: Path, mlx: str) -> OracleEnv:
+    python = root / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f"#!/bin/sh\necho '{json.dumps({'mlx': mlx, 'mlx-lm': '0.32.2'})}'\n")
+    python.chmod(python.stat().st_mode | stat.S_IEXEC)
+    return OracleEnv(name="mlx-lm", root=root, pins_hash="x", pins="")
+
+
+def test_oracle_with_other_mlx_is_refused_naming_both(tmp_path: Path) -> None:
+    env = fake_env(tmp_path / "venv", "0.31.0")
+    with pytest.raises(OracleVersionError, match=r"has mlx 0\.31\.0, the project venv has mlx 0\.32\.4"):
+        check_same_mlx(env, "0.32.4")
+    assert check_same_mlx(env, "0.31.0")["mlx"] == "0.31.0"
+
+
+def test_generation_is_refused_before_the_generator_runs(tmp_path: Path) -> None:
+    runner = OracleRunner("mlx-lm")
+    runner._env = fake_env(tmp_path / "venv", "0.31.0")
+    with pytest.raises(OracleVersionError):
+        runner.run(tmp_path, [{"id": "x"}])
+
+
+def test_golden_from_another_mlx_is_not_compared(isolated: Path) -> None:
+    write_profile(isolated)
+    session = fake_session(isolated)
+    golden = session.goldens(session.profile("tiny"))["plain"]
+    manifest = json.loads(golden.manifest_path.read_text())
+    manifest["oracle_environment"]["mlx"] = "0.31.0"
+    golden.manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(OracleVersionError, match=r"made by an oracle running mlx 0\.31\.0"):
+        fake_session(isolated).goldens(session.profile("tiny"))
+
+
+def test_pins_change_the_venv_key() -> None:
+    pins = (oracles_dir() / "mlx-lm" / "requirements.txt").read_text()
+    assert pins_hash(pins) == pins_hash(pins)
+    assert pins_hash(pins) != pins_hash(pins.replace("mlx-lm==0.32.2", "mlx-lm==0.32.1"))
+
+
+def test_oracle_and_project_pin_the_same_mlx() -> None:
+    def mlx_pins(path: Path) -> list[str]:
+        return sorted(line for line in path.read_text().splitlines() if line.startswith("mlx[") or line.startswith("mlx=="))
+
+    project = mlx_pins(oracles_dir().parent / "requirements.txt")
+    assert project and all("0.32.4" in line for line in project)
+    for pins in oracles_dir().glob("*/requirements.txt"):
+        assert mlx_pins(pins) == project, pins
+
+
+def test_generator_imports_only_its_venv() -> None:
+    """The generator must not reach into the harness or the in-tree models."""
+    for script in oracles_dir().glob("*/*.py"):
+        text = script.read_text()
+        assert "import harness" not in text and "from harness" not in text, script
+        assert "import models" not in text and "from models" not in text, script
