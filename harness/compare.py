@@ -8,6 +8,7 @@ differing index with both values, and each side's top-5.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -79,8 +80,7 @@ def diff_vectors(expected: np.ndarray, actual: np.ndarray) -> VectorDiff:
             equal=False,
             n_elements=int(expected.size),
             shape_mismatch=(
-                f"wrong tensor: oracle {expected.shape} {expected.dtype} vs in-tree "
-                f"{actual.shape} {actual.dtype}"
+                f"wrong tensor: oracle {expected.shape} {expected.dtype} vs in-tree {actual.shape} {actual.dtype}"
             ),
         )
     differs = raw_bits(expected) != raw_bits(actual)
@@ -131,13 +131,16 @@ def compare_steps(check: str, golden: ScenarioRecord, actual: ScenarioRecord, st
     n_bad = 0
     if actual.logits.shape[0] < steps.stop:
         return CheckResult(
-            check, False, f"wrong tensor: in-tree produced {actual.logits.shape[0]} steps, expected {steps.stop}",
+            check,
+            False,
+            f"wrong tensor: in-tree produced {actual.logits.shape[0]} steps, expected {steps.stop}",
             first_bad_step=actual.logits.shape[0],
         )
     for step in steps:
         diff = diff_vectors(golden.logits[step], actual.logits[step])
-        per_step.append({"step": step, "max_abs_diff": diff.max_abs_diff, "max_ulp": diff.max_ulp,
-                         "n_differing": diff.n_differing})
+        per_step.append(
+            {"step": step, "max_abs_diff": diff.max_abs_diff, "max_ulp": diff.max_ulp, "n_differing": diff.n_differing}
+        )
         if not diff.equal:
             n_bad += 1
             if first is None:
@@ -145,8 +148,9 @@ def compare_steps(check: str, golden: ScenarioRecord, actual: ScenarioRecord, st
             if diff.shape_mismatch:
                 break
     if first is None:
-        return CheckResult(check, True, f"{len(steps)} steps bit-identical", steps_compared=len(steps),
-                           per_step=per_step)
+        return CheckResult(
+            check, True, f"{len(steps)} steps bit-identical", steps_compared=len(steps), per_step=per_step
+        )
     step, diff = first
     return CheckResult(
         check,
@@ -168,34 +172,48 @@ def compare_tokens(check: str, golden: ScenarioRecord, actual: ScenarioRecord) -
             top2 = top_k(golden.logits[step], 2)
             margin = top2[0][1] - top2[1][1]
             return CheckResult(
-                check, False,
+                check,
+                False,
                 f"token trajectories diverge at step {step}: oracle {golden.tokens[step]} vs in-tree {got}; "
                 f"oracle top-2 margin there {margin:.6g} (top-2 {_fmt_top(top2)})",
-                first_bad_step=step, steps_compared=n, steps_differing=n - step,
+                first_bad_step=step,
+                steps_compared=n,
+                steps_differing=n - step,
                 details={"oracle_token": golden.tokens[step], "intree_token": got, "oracle_top2_margin": margin},
             )
     if len(actual.tokens) != n:
-        return CheckResult(check, False, f"in-tree produced {len(actual.tokens)} tokens, oracle {n}",
-                           first_bad_step=min(n, len(actual.tokens)))
+        return CheckResult(
+            check,
+            False,
+            f"in-tree produced {len(actual.tokens)} tokens, oracle {n}",
+            first_bad_step=min(n, len(actual.tokens)),
+        )
     return CheckResult(check, True, f"{n} greedy tokens identical", steps_compared=n)
+
+
+def _first_difference(a: Sequence, b: Sequence) -> int:
+    """Index of the first differing item; the shorter length when one is a prefix of the other."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 def compare_prompt(check: str, golden: ScenarioRecord, actual: ScenarioRecord) -> CheckResult:
     if golden.rendered_prompt != actual.rendered_prompt:
         a, b = golden.rendered_prompt or "", actual.rendered_prompt or ""
-        at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        at = _first_difference(a, b)
         return CheckResult(
-            check, False,
-            f"rendered prompts differ at character {at}: oracle {a[max(0, at - 20):at + 20]!r} vs "
-            f"in-tree {b[max(0, at - 20):at + 20]!r} (lengths {len(a)} vs {len(b)})",
+            check,
+            False,
+            f"rendered prompts differ at character {at}: oracle {a[max(0, at - 20) : at + 20]!r} vs "
+            f"in-tree {b[max(0, at - 20) : at + 20]!r} (lengths {len(a)} vs {len(b)})",
             details={"oracle": a, "intree": b},
         )
     if golden.prompt_ids != actual.prompt_ids:
         g, t = golden.prompt_ids, actual.prompt_ids
-        at = next((i for i, (x, y) in enumerate(zip(g, t)) if x != y), min(len(g), len(t)))
+        at = _first_difference(g, t)
         return CheckResult(
-            check, False,
-            f"prompt token ids differ at position {at}: oracle {g[at:at + 5]} vs in-tree {t[at:at + 5]} "
+            check,
+            False,
+            f"prompt token ids differ at position {at}: oracle {g[at : at + 5]} vs in-tree {t[at : at + 5]} "
             f"(lengths {len(g)} vs {len(t)})",
             details={"oracle": g, "intree": t},
         )
@@ -204,11 +222,13 @@ def compare_prompt(check: str, golden: ScenarioRecord, actual: ScenarioRecord) -
 
 def compare_eos(check: str, golden: ScenarioRecord, actual: ScenarioRecord) -> CheckResult:
     if sorted(golden.eos_ids) != sorted(actual.eos_ids):
-        return CheckResult(check, False, f"EOS id sets differ: oracle {sorted(golden.eos_ids)} vs "
-                                         f"in-tree {sorted(actual.eos_ids)}")
+        return CheckResult(
+            check, False, f"EOS id sets differ: oracle {sorted(golden.eos_ids)} vs in-tree {sorted(actual.eos_ids)}"
+        )
     if golden.eos_step != actual.eos_step:
         return CheckResult(
-            check, False,
+            check,
+            False,
             f"generation stops at different steps: oracle at {golden.eos_step} vs in-tree at {actual.eos_step} "
             f"(EOS ids {sorted(golden.eos_ids)}; None = no EOS within the steps run)",
             first_bad_step=min(s for s in (golden.eos_step, actual.eos_step) if s is not None),

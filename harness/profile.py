@@ -58,9 +58,7 @@ class ArtifactSpec:
             if getattr(self, name) is None:
                 raise ProfileError(f"{where}.{name}: required for source '{self.source}'")
         if self.source == "hub" and not re.fullmatch(r"[0-9a-f]{40}", self.revision or ""):
-            raise ProfileError(
-                f"{where}.revision: expected a full 40-hex commit sha (a pin), got {self.revision!r}"
-            )
+            raise ProfileError(f"{where}.revision: expected a full 40-hex commit sha (a pin), got {self.revision!r}")
         if self.sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", self.sha256):
             raise ProfileError(f"{where}.sha256: expected 64 lowercase hex digits, got {self.sha256!r}")
 

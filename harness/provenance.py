@@ -51,9 +51,7 @@ def cpu_model() -> str:
     """The CPU's model name plus family/model numbers (one 'AMD EPYC' name covers many chips)."""
     system = platform.system()
     if system == "Darwin":
-        out = subprocess.run(
-            ["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, check=False
-        )
+        out = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, check=False)
         return out.stdout.strip() or platform.machine()
     info: dict[str, str] = {}
     try:

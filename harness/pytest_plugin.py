@@ -98,8 +98,14 @@ class ParityItem(pytest.Item):
 
     def _result(self, outcome: str, summary: str, seconds: float, result: CheckResult | None) -> None:
         item = ItemResult(
-            model=self.profile.name, scenario=self.scenario.id, check=self.check, tier=self.profile.tier,
-            oracle=self.profile.oracle, outcome=outcome, summary=summary, seconds=round(seconds, 3),
+            model=self.profile.name,
+            scenario=self.scenario.id,
+            check=self.check,
+            tier=self.profile.tier,
+            oracle=self.profile.oracle,
+            outcome=outcome,
+            summary=summary,
+            seconds=round(seconds, 3),
             first_bad_step=result.first_bad_step if result else None,
             details={"per_step": result.per_step, **result.details} if result else {},
         )

@@ -67,6 +67,7 @@ def print_table(results: list[ItemResult], console: Console | None = None) -> No
         table.add_column(column, overflow="fold")
     style = {"passed": "green", "failed": "bold red", "error": "bold yellow"}
     for r in results:
-        table.add_row(r.model, r.scenario, r.check, r.tier,
-                      f"[{style[r.outcome]}]{r.outcome.upper()}[/]", r.summary[:160])
+        table.add_row(
+            r.model, r.scenario, r.check, r.tier, f"[{style[r.outcome]}]{r.outcome.upper()}[/]", r.summary[:160]
+        )
     console.print(table)

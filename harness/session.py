@@ -42,10 +42,15 @@ CHECKS: dict[str, tuple[str, CheckFn]] = {
 
 
 def harness_commit() -> str:
-    out = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
-                         capture_output=True, text=True, check=False)
-    dirty = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    )
+    dirty = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     commit = out.stdout.strip() or "unknown"
     return commit + ("+dirty" if dirty.stdout.strip() else "")
 
@@ -134,8 +139,14 @@ class ParitySession:
                 "harness_commit": harness_commit(),
                 "scenario_spec": profile.scenario_spec(scenario),
             }
-            self.store.write(profile.name, scenario.id, record, self.provenance(profile, scenario), extra,
-                             expect_blobs=expected_blobs.get(scenario.id))
+            self.store.write(
+                profile.name,
+                scenario.id,
+                record,
+                self.provenance(profile, scenario),
+                extra,
+                expect_blobs=expected_blobs.get(scenario.id),
+            )
 
     # -- in-tree -----------------------------------------------------------------------------
 

@@ -34,15 +34,23 @@ class FakeOracle:
             rng = np.random.default_rng(len(spec["id"]))
             logits = rng.standard_normal((spec["n_tokens"], 16)).astype(np.float32)
             records[spec["id"]] = ScenarioRecord(
-                scenario_id=spec["id"], rendered_prompt=None, prompt_ids=[1, 2],
-                tokens=[int(t) for t in logits.argmax(axis=1)], logits=logits, eos_ids=[0],
+                scenario_id=spec["id"],
+                rendered_prompt=None,
+                prompt_ids=[1, 2],
+                tokens=[int(t) for t in logits.argmax(axis=1)],
+                logits=logits,
+                eos_ids=[0],
             )
         return {"mlx": device_facts().mlx, "device": "Device(cpu, 0)"}, records
 
 
 def fake_session(model_dir: Path, weights_hash: str = "w0") -> ParitySession:
     session = ParitySession(oracle_runner=FakeOracle)
-    artifact = ResolvedArtifact(model_dir=model_dir, identity={"source": "fake"},
-                                weight_hashes={"model.safetensors": weights_hash}, tokenizer_hash="t0")
+    artifact = ResolvedArtifact(
+        model_dir=model_dir,
+        identity={"source": "fake"},
+        weight_hashes={"model.safetensors": weights_hash},
+        tokenizer_hash="t0",
+    )
     session._artifacts["tiny"] = artifact
     return session

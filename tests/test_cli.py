@@ -16,8 +16,9 @@ from tests.conftest import VALID_PROFILE, write_profile
 
 def harness_cli(*args: str) -> subprocess.CompletedProcess:
     env = os.environ | {"PYTHONPATH": str(REPO_ROOT)}
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, env=env,
-                          cwd=REPO_ROOT, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args], capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=120
+    )
 
 
 def test_unknown_model_exits_non_zero_naming_it(isolated: Path) -> None:

@@ -75,7 +75,9 @@ def test_compare_tokens_reports_divergence_and_margin() -> None:
 
 def test_prompt_identity_points_at_the_difference() -> None:
     logits = np.zeros((1, 3), np.float32)
-    result = compare_prompt("p", record(logits, rendered_prompt="<s>user\nhi"), record(logits, rendered_prompt="<s>user hi"))
+    result = compare_prompt(
+        "p", record(logits, rendered_prompt="<s>user\nhi"), record(logits, rendered_prompt="<s>user hi")
+    )
     assert not result.passed and "character 7" in result.summary
     result = compare_prompt("p", record(logits, prompt_ids=[1, 2, 3]), record(logits, prompt_ids=[1, 2, 4]))
     assert not result.passed and "position 2" in result.summary

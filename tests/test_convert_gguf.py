@@ -42,30 +42,20 @@ def find_smollm2_gguf() -> Path:
 def llama_cpp_permute(x: np.ndarray, n_heads: int) -> np.ndarray:
     """llama.cpp's converter's Q/K row permutation, written out as it does it."""
     rows = x.shape[0]
-    return (
-        x.reshape(n_heads, 2, rows // n_heads // 2, *x.shape[1:])
-        .swapaxes(1, 2)
-        .reshape(x.shape)
-    )
+    return x.reshape(n_heads, 2, rows // n_heads // 2, *x.shape[1:]).swapaxes(1, 2).reshape(x.shape)
 
 
 # --------------------------------------------------------------------------- units
 
 
-@pytest.mark.parametrize(
-    ("n_heads", "shape"), [(9, (576, 72)), (3, (192, 18)), (2, (8,)), (4, (16, 3, 2))]
-)
-def test_undo_qk_permutation_inverts_llama_cpp(
-    n_heads: int, shape: tuple[int, ...]
-) -> None:
+@pytest.mark.parametrize(("n_heads", "shape"), [(9, (576, 72)), (3, (192, 18)), (2, (8,)), (4, (16, 3, 2))])
+def test_undo_qk_permutation_inverts_llama_cpp(n_heads: int, shape: tuple[int, ...]) -> None:
     x = np.arange(int(np.prod(shape)), dtype=np.uint32).reshape(shape)
     permuted = llama_cpp_permute(x, n_heads)
     assert not np.array_equal(permuted, x)  # the check below would be vacuous
     restored = np.array(undo_qk_permutation(mx.array(permuted), n_heads))
     assert np.array_equal(restored, x)
-    again = llama_cpp_permute(
-        np.array(undo_qk_permutation(mx.array(x), n_heads)), n_heads
-    )
+    again = llama_cpp_permute(np.array(undo_qk_permutation(mx.array(x), n_heads)), n_heads)
     assert np.array_equal(again, x)
 
 
@@ -186,12 +176,8 @@ def test_tiny_gguf_converts(tmp_path: Path) -> None:
     assert "lm_head.weight" in weights
     q = np.array(weights["model.layers.0.self_attn.q_proj.weight"])
     k = np.array(weights["model.layers.0.self_attn.k_proj.weight"])
-    assert np.array_equal(
-        llama_cpp_permute(q, 2), np.array(arrays["blk.0.attn_q.weight"])
-    )
-    assert np.array_equal(
-        llama_cpp_permute(k, 1), np.array(arrays["blk.0.attn_k.weight"])
-    )
+    assert np.array_equal(llama_cpp_permute(q, 2), np.array(arrays["blk.0.attn_q.weight"]))
+    assert np.array_equal(llama_cpp_permute(k, 1), np.array(arrays["blk.0.attn_k.weight"]))
     v = weights["model.layers.0.self_attn.v_proj.weight"]
     assert mx.array_equal(v, arrays["blk.0.attn_v.weight"])
 
@@ -290,9 +276,7 @@ def test_smollm2_tensors(smollm2: tuple[Path, Path]) -> None:
             for kind, proj, heads in (("attn_q", "q_proj", 9), ("attn_k", "k_proj", 3)):
                 ours = np.array(weights[f"model.layers.{i}.self_attn.{proj}.{part}"])
                 theirs = np.array(
-                    src[f"blk.{i}.{kind}.{part}"].astype(
-                        weights[f"model.layers.{i}.self_attn.{proj}.{part}"].dtype
-                    )
+                    src[f"blk.{i}.{kind}.{part}"].astype(weights[f"model.layers.{i}.self_attn.{proj}.{part}"].dtype)
                 )
                 assert np.array_equal(llama_cpp_permute(ours, heads), theirs)
 

@@ -25,9 +25,12 @@ def test_make_parity_passes_for_smollm2_in_both_modes(tmp_path: Path) -> None:
     report_path = tmp_path / "report.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLX_PARITY_")} | {"MLX_PARITY_QUIET": "1"}
     out = subprocess.run(
-        [sys.executable, "-m", "harness", "parity", "--model", "smollm2-135m", "--report", str(report_path),
-         "-n", "2"],
-        capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=1800,
+        [sys.executable, "-m", "harness", "parity", "--model", "smollm2-135m", "--report", str(report_path), "-n", "2"],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env=env,
+        timeout=1800,
     )
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
     report = json.loads(report_path.read_text())
@@ -37,8 +40,14 @@ def test_make_parity_passes_for_smollm2_in_both_modes(tmp_path: Path) -> None:
     assert {"plain", "chat", "multi-turn"} <= scenarios
     for scenario in scenarios:
         checks = {r["check"]: r for r in results if r["scenario"] == scenario}
-        assert set(checks) == {"prompt_identity", "prefill_logits", "decode_logits", "teacher_forced_logits",
-                               "greedy_tokens", "eos_stop"}
+        assert set(checks) == {
+            "prompt_identity",
+            "prefill_logits",
+            "decode_logits",
+            "teacher_forced_logits",
+            "greedy_tokens",
+            "eos_stop",
+        }
         assert len(checks["decode_logits"]["details"]["per_step"]) >= 32  # free-running
         assert len(checks["teacher_forced_logits"]["details"]["per_step"]) >= 33  # teacher-forced
         assert all(s["n_differing"] == 0 for s in checks["decode_logits"]["details"]["per_step"])

@@ -72,8 +72,9 @@ def test_a_fault_that_starts_mid_decode_is_located_at_its_step() -> None:
     scenario = profile.scenario("multi-turn")
     prompt_length = len(session.goldens(profile)[scenario.id].record.prompt_ids)
     session.runner(profile).model.prompt_length = prompt_length
-    results = {c: session.run_check(profile, scenario, c)
-               for c in ("prefill_logits", "decode_logits", "teacher_forced_logits")}
+    results = {
+        c: session.run_check(profile, scenario, c) for c in ("prefill_logits", "decode_logits", "teacher_forced_logits")
+    }
     assert results["prefill_logits"].passed
     for check in ("decode_logits", "teacher_forced_logits"):
         result = results[check]

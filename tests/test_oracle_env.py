@@ -57,7 +57,9 @@ def test_pins_change_the_venv_key() -> None:
 
 def test_oracle_and_project_pin_the_same_mlx() -> None:
     def mlx_pins(path: Path) -> list[str]:
-        return sorted(line for line in path.read_text().splitlines() if line.startswith("mlx[") or line.startswith("mlx=="))
+        return sorted(
+            line for line in path.read_text().splitlines() if line.startswith("mlx[") or line.startswith("mlx==")
+        )
 
     project = mlx_pins(oracles_dir().parent / "requirements.txt")
     assert project and all("0.32.4" in line for line in project)

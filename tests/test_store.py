@@ -47,8 +47,13 @@ def test_stale_golden_is_reported_not_regenerated(isolated: Path) -> None:
     before = _manifests(isolated)
     session = fake_session(isolated, weights_hash="w1")  # the artifact's weights changed
     profile = session.profile("tiny")
-    assert session.store.status("tiny", "plain", session.provenance(profile, profile.scenarios[0])) is GoldenStatus.STALE
-    with pytest.raises(StaleGoldenError, match=r"artifact\.weights\.model\.safetensors: golden has 'w0', now 'w1'.*make goldens MODEL=tiny"):
+    assert (
+        session.store.status("tiny", "plain", session.provenance(profile, profile.scenarios[0])) is GoldenStatus.STALE
+    )
+    with pytest.raises(
+        StaleGoldenError,
+        match=r"artifact\.weights\.model\.safetensors: golden has 'w0', now 'w1'.*make goldens MODEL=tiny",
+    ):
         session.goldens(profile)
     assert _manifests(isolated) == before
     regenerated = session.goldens(profile, regenerate=True)  # what `make goldens` does

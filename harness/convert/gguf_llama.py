@@ -149,9 +149,7 @@ def read_hyperparams(meta: dict[str, Any]) -> LlamaHyperparams:
     if rope_dims != head_dim:
         raise ValueError(f"partial rotary (rope dims {rope_dims} of {head_dim})")
     if heads % kv_heads:
-        raise ValueError(
-            f"head_count {heads} not a multiple of head_count_kv {kv_heads}"
-        )
+        raise ValueError(f"head_count {heads} not a multiple of head_count_kv {kv_heads}")
     scaling = _optional(meta, "llama.rope.scaling.type", "none")
     if scaling != "none":
         raise ValueError(f"unsupported rope scaling {scaling!r}")
@@ -166,9 +164,7 @@ def read_hyperparams(meta: dict[str, Any]) -> LlamaHyperparams:
         num_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=head_dim,
-        rms_norm_eps=exact_float32(
-            _require(meta, "llama.attention.layer_norm_rms_epsilon")
-        ),
+        rms_norm_eps=exact_float32(_require(meta, "llama.attention.layer_norm_rms_epsilon")),
         rope_theta=exact_float32(_optional(meta, "llama.rope.freq_base", 10000.0)),
         context_length=int(_require(meta, "llama.context_length")),
     )
@@ -205,9 +201,7 @@ def undo_qk_permutation(x: mx.array, n_heads: int) -> mx.array:
     return x.reshape(n_heads, half, 2, *x.shape[1:]).swapaxes(1, 2).reshape(x.shape)
 
 
-def convert_tensors(
-    arrays: dict[str, mx.array], hp: LlamaHyperparams
-) -> dict[str, mx.array]:
+def convert_tensors(arrays: dict[str, mx.array], hp: LlamaHyperparams) -> dict[str, mx.array]:
     """Rename, un-permute and cast every GGUF tensor; refuse anything unmapped."""
     out: dict[str, mx.array] = {}
     for gguf_name in sorted(arrays):
@@ -223,9 +217,7 @@ def convert_tensors(
         if x.dtype in (mx.float16, mx.bfloat16):
             x = x.astype(mx.float32)  # lossless; keeps CPU compute in float32
         elif x.dtype not in (mx.float32, mx.uint32):
-            raise ValueError(
-                f"GGUF tensor {gguf_name!r} has unsupported dtype {x.dtype}"
-            )
+            raise ValueError(f"GGUF tensor {gguf_name!r} has unsupported dtype {x.dtype}")
         out[name] = x
     _check_modules(out, hp)
     return out
@@ -264,9 +256,7 @@ def _in_features(module: str, hp: LlamaHyperparams) -> int:
     return hp.hidden_size
 
 
-def quantization_params(
-    weights: dict[str, mx.array], hp: LlamaHyperparams
-) -> dict[str, dict[str, int]]:
+def quantization_params(weights: dict[str, mx.array], hp: LlamaHyperparams) -> dict[str, dict[str, int]]:
     """(group_size, bits) of each quantized module, read off its packed shapes.
 
     A uint32 row of `in_features` values at `bits` bits has in_features*bits/32
@@ -291,8 +281,7 @@ def quantization_params(
             or s.shape[0] != w.shape[0]
         ):
             raise ValueError(
-                f"{module}: packed shapes {w.shape}/{s.shape}/{b.shape} do not fit "
-                f"{in_features} input features"
+                f"{module}: packed shapes {w.shape}/{s.shape}/{b.shape} do not fit {in_features} input features"
             )
         params[module] = {"group_size": group, "bits": bits}
     return params
@@ -334,9 +323,7 @@ def build_tokenizer(meta: dict[str, Any]) -> tuple[Tokenizer, TokenizerFacts]:
     """A `tokenizers` Tokenizer equivalent to the GGUF's gpt2-style BPE."""
     model_kind = _require(meta, "tokenizer.ggml.model")
     if model_kind != "gpt2":
-        raise ValueError(
-            f"unsupported GGUF tokenizer model {model_kind!r} (only 'gpt2')"
-        )
+        raise ValueError(f"unsupported GGUF tokenizer model {model_kind!r} (only 'gpt2')")
     pre = _optional(meta, "tokenizer.ggml.pre", "default")
     if pre not in _PRE_TOKENIZERS:
         raise ValueError(f"unsupported GGUF pre-tokenizer {pre!r}")
@@ -353,9 +340,7 @@ def build_tokenizer(meta: dict[str, Any]) -> tuple[Tokenizer, TokenizerFacts]:
         if not sep or " " in right or not left or not right:
             raise ValueError(f"malformed GGUF merge {merge!r}")
         merges.append((left, right))
-    types = list(
-        _optional(meta, "tokenizer.ggml.token_type", [_TOKEN_NORMAL] * len(tokens))
-    )
+    types = list(_optional(meta, "tokenizer.ggml.token_type", [_TOKEN_NORMAL] * len(tokens)))
     if len(types) != len(tokens):
         raise ValueError("tokenizer.ggml.token_type and tokens differ in length")
 
@@ -378,9 +363,7 @@ def build_tokenizer(meta: dict[str, Any]) -> tuple[Tokenizer, TokenizerFacts]:
         token_id = _optional(meta, f"tokenizer.ggml.{key}")
         if token_id is not None:
             if not 0 <= int(token_id) < len(tokens):
-                raise ValueError(
-                    f"tokenizer.ggml.{key} {token_id} outside the vocabulary"
-                )
+                raise ValueError(f"tokenizer.ggml.{key} {token_id} outside the vocabulary")
             special_ids[role] = int(token_id)
     add_bos = bool(_optional(meta, "tokenizer.ggml.add_bos_token", False))
     add_eos = bool(_optional(meta, "tokenizer.ggml.add_eos_token", False))
@@ -451,9 +434,7 @@ def _token_dict(content: str) -> dict[str, Any]:
     }
 
 
-def _tokenizer_config(
-    meta: dict[str, Any], facts: TokenizerFacts, hp: LlamaHyperparams
-) -> dict[str, Any]:
+def _tokenizer_config(meta: dict[str, Any], facts: TokenizerFacts, hp: LlamaHyperparams) -> dict[str, Any]:
     """tokenizer_config.json as HF repos have it.
 
     tokenizer_class is PreTrainedTokenizerFast: it loads tokenizer.json as written.
@@ -466,8 +447,7 @@ def _tokenizer_config(
         "add_eos_token": facts.add_eos,
         "add_prefix_space": False,
         "added_tokens_decoder": {
-            str(i): {**_token_dict(tok.content), "special": tok.special}
-            for i, tok in facts.added_tokens
+            str(i): {**_token_dict(tok.content), "special": tok.special} for i, tok in facts.added_tokens
         },
     }
     for role, token_id in facts.special_ids.items():
@@ -484,18 +464,13 @@ def _tokenizer_config(
 
 
 def _special_tokens_map(facts: TokenizerFacts) -> dict[str, Any]:
-    return {
-        f"{role}_token": _token_dict(facts.tokens[token_id])
-        for role, token_id in facts.special_ids.items()
-    }
+    return {f"{role}_token": _token_dict(facts.tokens[token_id]) for role, token_id in facts.special_ids.items()}
 
 
 def _generation_config(facts: TokenizerFacts) -> dict[str, Any]:
     # mlx-lm takes its stop token from here (load_config reads eos_token_id).
     return {
-        f"{role}_token_id": token_id
-        for role, token_id in facts.special_ids.items()
-        if role in ("bos", "eos", "pad")
+        f"{role}_token_id": token_id for role, token_id in facts.special_ids.items() if role in ("bos", "eos", "pad")
     }
 
 
@@ -534,9 +509,7 @@ def _model_config(
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    path.write_text(
-        json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
-    )
+    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 # --------------------------------------------------------------------------- entry
@@ -559,14 +532,10 @@ def convert_gguf_llama(gguf_path: Path, out_dir: Path) -> None:
         raise ValueError(f"{len(facts.tokens)} tokens but {vocab_size} embedding rows")
     meta_vocab = _optional(meta, "llama.vocab_size", vocab_size)
     if int(meta_vocab) != vocab_size:
-        raise ValueError(
-            f"llama.vocab_size {meta_vocab} != {vocab_size} embedding rows"
-        )
+        raise ValueError(f"llama.vocab_size {meta_vocab} != {vocab_size} embedding rows")
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    mx.save_safetensors(
-        str(out_dir / "model.safetensors"), weights, metadata={"format": "mlx"}
-    )
+    mx.save_safetensors(str(out_dir / "model.safetensors"), weights, metadata={"format": "mlx"})
     _write_json(
         out_dir / "config.json",
         _model_config(hp, vocab_size, tied, facts, quantization),
