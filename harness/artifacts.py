@@ -91,15 +91,66 @@ def check_expected_config(profile: Profile, model_dir: Path) -> None:
 
 
 def _resolve_hub(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
+    identity: dict[str, Any] = {"source": "hub", "repo": spec.repo, "revision": spec.revision}
+    if not spec.twin_only:
+        try:
+            return _snapshot(spec, cache_dir=None), identity
+        except ArtifactError:
+            if spec.twin is None:
+                raise
+            progress.say(f"{spec.repo}@{spec.revision} is not available: using the declared twin {spec.twin}")
+    twin_cache, twin_identity = _seed_twin(spec)
+    return _snapshot(spec, cache_dir=twin_cache), identity | {"twin": twin_identity}
+
+
+def _seed_twin(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
+    """Build the twin (once) into its own HF cache, under the pinned repo and revision."""
+    from harness import twins
+
+    assert spec.twin and spec.repo and spec.revision
+    try:
+        identity = twins.twin_identity(spec.twin)
+    except ValueError as e:
+        raise ArtifactError(f"artifact {spec.repo}: {e}") from None
+    cache = cache_root() / "hf-twins" / f"{spec.twin}-v{identity['version']}"
+    repo_dir = cache / ("models--" + spec.repo.replace("/", "--"))
+    snapshot = repo_dir / "snapshots" / spec.revision
+    if (repo_dir / ".complete").exists():
+        return cache, identity
+    (cache_root() / "locks").mkdir(parents=True, exist_ok=True)
+    with FileLock(str(cache_root() / "locks" / f"twin-{spec.twin}.lock")):
+        if (repo_dir / ".complete").exists():
+            return cache, identity
+        shutil.rmtree(repo_dir, ignore_errors=True)
+        snapshot.parent.mkdir(parents=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".twin-", dir=snapshot.parent))
+        with progress.task(f"building twin {spec.twin}"):
+            try:
+                twins.build_twin(spec.twin, tmp)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+        os.replace(tmp, snapshot)
+        (repo_dir / "refs").mkdir()
+        (repo_dir / "refs" / "main").write_text(spec.revision)
+        (repo_dir / ".complete").write_text(json.dumps(identity) + "\n")
+    return cache, identity
+
+
+def _snapshot(spec: ArtifactSpec, cache_dir: Path | None) -> Path:
+    """huggingface_hub's own resolution at the pinned revision (offline: local cache only)."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
-    identity = {"source": "hub", "repo": spec.repo, "revision": spec.revision}
+    offline = cache_dir is not None or os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
     try:
-        path = snapshot_download(repo_id=spec.repo, revision=spec.revision)
+        path = snapshot_download(
+            repo_id=spec.repo, revision=spec.revision, cache_dir=cache_dir, local_files_only=offline
+        )
     except (LocalEntryNotFoundError, HfHubHTTPError, OSError, ValueError) as e:
-        offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
-        where = "the local HF cache (HF_HUB_OFFLINE=1)" if offline else "the hub or the local HF cache"
+        where = "the local HF cache (offline)" if offline else "the hub or the local HF cache"
+        if cache_dir is not None:
+            where = f"the twin cache {cache_dir}"
         raise ArtifactError(
             f"missing artifact {spec.repo}@{spec.revision}: not found in {where}: {type(e).__name__}: {e}"
         ) from None
@@ -108,7 +159,7 @@ def _resolve_hub(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
         raise ArtifactError(
             f"artifact {spec.repo}: asked for revision {spec.revision}, resolved snapshot {resolved.name}"
         )
-    return resolved, identity
+    return resolved
 
 
 def _resolve_pypi_gguf(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:

