@@ -31,6 +31,7 @@ CheckName = Literal[
     "eos_stop",
 ]
 L1_CHECKS: tuple[str, ...] = typing.get_args(CheckName)
+GENERATION_OPTIONS = ("forced_prefix", "kv_bits", "kv_group_size", "quantized_kv_start", "max_kv_size")
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,12 @@ class Scenario:
     steps: int | None = None
     prefill_step_size: int | None = None
     checks: list[CheckName] | None = None
+    # Generation options with mlx-lm's names and semantics (omitted = mlx-lm's default).
+    forced_prefix: list[int] | None = None  # first sampled tokens, forced via a logits processor
+    kv_bits: int | None = None
+    kv_group_size: int | None = None
+    quantized_kv_start: int | None = None
+    max_kv_size: int | None = None  # a RotatingKVCache(max_size, keep=4) per layer
 
     @property
     def kind(self) -> str:
@@ -106,6 +113,12 @@ class Scenario:
                 raise ProfileError(f"{where}.messages[{i}].role: expected a string")
         if self.template_kwargs and self.messages is None:
             raise ProfileError(f"{where}.template_kwargs: only meaningful with 'messages'")
+        if self.kv_bits is not None and self.kv_bits not in (2, 3, 4, 5, 6, 8):
+            raise ProfileError(f"{where}.kv_bits: expected one of 2, 3, 4, 5, 6, 8, got {self.kv_bits}")
+        if (self.kv_group_size is not None or self.quantized_kv_start is not None) and self.kv_bits is None:
+            raise ProfileError(f"{where}: kv_group_size / quantized_kv_start need kv_bits")
+        if self.max_kv_size is not None and self.max_kv_size < 5:
+            raise ProfileError(f"{where}.max_kv_size: expected >= 5 (4 tokens are kept), got {self.max_kv_size}")
 
 
 @dataclass(frozen=True)
@@ -155,6 +168,10 @@ class Profile:
             "template_kwargs": s.template_kwargs,
             "n_tokens": self.steps(s) + 1,  # step 0 is the prefill's prediction
             "prefill_step_size": self.prefill_step_size(s),
+        } | {
+            name: getattr(s, name)
+            for name in GENERATION_OPTIONS
+            if getattr(s, name) is not None  # absent keys keep old scenario hashes valid
         }
 
     def scenario_hash(self, s: Scenario) -> str:

@@ -20,6 +20,7 @@ import numpy as np
 
 from harness.errors import InTreeLoadError, OracleError, OracleVersionError
 from harness.paths import cache_root
+from harness.profile import GENERATION_OPTIONS
 from harness.progress import progress
 from harness.provenance import classify_blas, device_facts
 from harness.records import ScenarioRecord, read_generator_output
@@ -115,12 +116,14 @@ class InTreeRunner:
         rows, tokens = [], []
         started = time.perf_counter()
         mode = "teacher_forced" if forced_tokens is not None else "free"
+        options = {name: spec[name] for name in GENERATION_OPTIONS if spec.get(name) is not None}
         for step in greedy_steps(
             self.model,
             prompt_ids,
             n_tokens,
             prefill_step_size=spec["prefill_step_size"],
             forced_tokens=forced_tokens,
+            **options,
         ):
             rows.append(np.array(step.logits.astype(mx.float32)).reshape(-1))
             tokens.append(int(step.token))

@@ -15,10 +15,10 @@ from typing import Any
 from filelock import FileLock
 
 from harness import HARNESS_VERSION
-from harness.artifacts import ResolvedArtifact, resolve_artifact
+from harness.artifacts import ResolvedArtifact, resolve_artifact, sha256_file
 from harness.compare import CheckResult, compare_eos, compare_prompt, compare_steps, compare_tokens
 from harness.errors import HarnessError, OracleVersionError
-from harness.paths import REPO_ROOT, cache_root, goldens_dir
+from harness.paths import REPO_ROOT, cache_root, goldens_dir, oracles_dir
 from harness.profile import Profile, Scenario, find_profile
 from harness.provenance import device_facts
 from harness.records import ScenarioRecord
@@ -84,7 +84,11 @@ class ParitySession:
         return {
             "harness_version": HARNESS_VERSION,
             "tier": profile.tier,
-            "oracle": {"name": profile.oracle, "pins_hash": pins_hash(pins_path(profile.oracle).read_text())},
+            "oracle": {
+                "name": profile.oracle,
+                "pins_hash": pins_hash(pins_path(profile.oracle).read_text()),
+                "generator_sha256": sha256_file(oracles_dir() / profile.oracle / "generate.py"),
+            },
             "device": device_facts().as_dict(),
             "artifact": self.artifact(profile).provenance(),
             "scenario_hash": profile.scenario_hash(scenario),

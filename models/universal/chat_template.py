@@ -85,9 +85,7 @@ def _tojson(
     sort_keys: bool = False,
 ) -> str:
     # Jinja's own tojson HTML-escapes (<, >, &, '); chat templates expect raw JSON.
-    return json.dumps(
-        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
-    )
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
 def _strftime_now(format: str) -> str:
@@ -147,9 +145,7 @@ def _normalize_messages(messages: list[Mapping[str, Any]]) -> list[dict[str, Any
 def _alias_reasoning(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     aliased = []
     for message in messages:
-        reasoning = next(
-            (message[k] for k in _REASONING_FIELDS if message.get(k) is not None), None
-        )
+        reasoning = next((message[k] for k in _REASONING_FIELDS if message.get(k) is not None), None)
         if reasoning is not None:
             message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
         aliased.append(message)

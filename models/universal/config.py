@@ -114,8 +114,7 @@ class LlamaConfig:
         layer_types = raw.get("layer_types")
         if layer_types is not None and any(t != "full_attention" for t in layer_types):
             raise ConfigError(
-                "config.layer_types: only 'full_attention' layers are supported "
-                f"(got {sorted(set(layer_types))})"
+                f"config.layer_types: only 'full_attention' layers are supported (got {sorted(set(layer_types))})"
             )
         if "quantization" in raw:
             values["quantization"] = _parse_quantization(raw["quantization"])
@@ -140,8 +139,7 @@ class LlamaConfig:
     def _validate(self) -> None:
         if self.model_type not in LLAMA_MODEL_TYPES:
             raise ConfigError(
-                f"config.model_type: {self.model_type!r} is not a Llama "
-                f"(expected one of {sorted(LLAMA_MODEL_TYPES)})"
+                f"config.model_type: {self.model_type!r} is not a Llama (expected one of {sorted(LLAMA_MODEL_TYPES)})"
             )
         for name in ("hidden_size", "num_hidden_layers", "intermediate_size"):
             if getattr(self, name) <= 0:
@@ -175,9 +173,7 @@ class LlamaConfig:
             if key not in self.rope_scaling:
                 raise ConfigError(f"config.rope_scaling.{key}: required for rope_type {rope_type!r}")
         if rope_type in ("dynamic", "longrope") and self.max_position_embeddings is None:
-            raise ConfigError(
-                f"config.max_position_embeddings: required for rope_type {rope_type!r}"
-            )
+            raise ConfigError(f"config.max_position_embeddings: required for rope_type {rope_type!r}")
 
 
 _REQUIRED = (
@@ -218,9 +214,7 @@ def _check_types(values: dict[str, Any]) -> None:
         if values.get(key) is not None and not _is_int(values[key]):
             fail(key, "an integer or null")
     for key in _FLOAT_KEYS:
-        if key in values and (
-            not isinstance(values[key], (int, float)) or isinstance(values[key], bool)
-        ):
+        if key in values and (not isinstance(values[key], (int, float)) or isinstance(values[key], bool)):
             fail(key, "a number")
     for key in _BOOL_KEYS:
         if key in values and not isinstance(values[key], bool):
@@ -228,9 +222,7 @@ def _check_types(values: dict[str, Any]) -> None:
     if values.get("rope_scaling") is not None and not isinstance(values["rope_scaling"], dict):
         fail("rope_scaling", "an object or null")
     eos = values.get("eos_token_id")
-    if eos is not None and not _is_int(eos) and not (
-        isinstance(eos, list) and all(_is_int(i) for i in eos)
-    ):
+    if eos is not None and not _is_int(eos) and not (isinstance(eos, list) and all(_is_int(i) for i in eos)):
         fail("eos_token_id", "an integer, a list of integers or null")
 
 

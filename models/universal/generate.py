@@ -48,9 +48,7 @@ def greedy_steps(
     if prefill_step_size < 1:
         raise ValueError(f"prefill_step_size: must be positive, got {prefill_step_size}")
     if forced_tokens is not None and len(forced_tokens) < n_tokens - 1:
-        raise ValueError(
-            f"forced_tokens: {len(forced_tokens)} given, {n_tokens - 1} needed for {n_tokens} steps"
-        )
+        raise ValueError(f"forced_tokens: {len(forced_tokens)} given, {n_tokens - 1} needed for {n_tokens} steps")
     if n_tokens <= 0:
         return
 

@@ -120,9 +120,7 @@ def infer_spec(path: str, module: nn.Module, weights: dict[str, mx.array]) -> Qu
         return QuantSpec(group_size=group_size, bits=bits, mode="affine")
     fp_modes = {(4, 16): "nvfp4", (4, 32): "mxfp4", (8, 32): "mxfp8"}
     if (bits, group_size) not in fp_modes:
-        raise WeightLoadError(
-            f"{path}: cannot infer the quantization mode of {bits} bits, group size {group_size}"
-        )
+        raise WeightLoadError(f"{path}: cannot infer the quantization mode of {bits} bits, group size {group_size}")
     return QuantSpec(group_size=group_size, bits=bits, mode=fp_modes[(bits, group_size)])
 
 

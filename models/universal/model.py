@@ -54,9 +54,7 @@ class Attention(nn.Module):
             keys = self.rope(keys)
 
         # GQA needs no repeat: the fused SDPA broadcasts kv heads over query heads.
-        out = mx.fast.scaled_dot_product_attention(
-            queries, keys, values, scale=self.scale, mask=mask
-        )
+        out = mx.fast.scaled_dot_product_attention(queries, keys, values, scale=self.scale, mask=mask)
         out = out.transpose(0, 2, 1, 3).reshape(batch, length, -1)
         return self.o_proj(out)
 
@@ -105,7 +103,7 @@ class LlamaBody(nn.Module):
             mask = "causal" if length > 1 else None
         else:
             mask = cache[0].attention_mask(length)
-        for layer, layer_cache in zip(self.layers, cache):
+        for layer, layer_cache in zip(self.layers, cache, strict=True):
             h = layer(h, mask, layer_cache)
         return self.norm(h)
 

@@ -68,9 +68,7 @@ class DynamicNTKRoPE(nn.Module):
         seq_len = max(x.shape[-2] + offset, self.max_positions)
         growth = (self.factor * seq_len / self.max_positions) - (self.factor - 1)
         base = self.base * growth ** (self.dims / (self.dims - 2))
-        return mx.fast.rope(
-            x, self.dims, traditional=self.traditional, base=base, scale=1.0, offset=offset
-        )
+        return mx.fast.rope(x, self.dims, traditional=self.traditional, base=base, scale=1.0, offset=offset)
 
 
 def llama3_freqs(dims: int, base: float, scaling: dict[str, Any]) -> mx.array:
@@ -115,9 +113,7 @@ def yarn_freqs_and_mscale(dims: int, base: float, scaling: dict[str, Any]) -> tu
 
     freq_extra = base ** (mx.arange(0, dims, 2, dtype=mx.float32) / dims)
     freq_inter = factor * freq_extra
-    freqs = (freq_inter * freq_extra) / (
-        freq_inter * extrapolation_mask + freq_extra * (1 - extrapolation_mask)
-    )
+    freqs = (freq_inter * freq_extra) / (freq_inter * extrapolation_mask + freq_extra * (1 - extrapolation_mask))
     return freqs, attention_factor(mscale) / attention_factor(mscale_all_dim)
 
 
@@ -145,9 +141,7 @@ def make_rope(config: LlamaConfig) -> nn.Module:
         scale = 1 / scaling["factor"] if rope_type == "linear" else 1.0
         return nn.RoPE(dims, traditional=traditional, base=base, scale=scale)
     if rope_type == "dynamic":
-        return DynamicNTKRoPE(
-            dims, config.max_position_embeddings, traditional, base, scaling["factor"]
-        )
+        return DynamicNTKRoPE(dims, config.max_position_embeddings, traditional, base, scaling["factor"])
     if rope_type == "llama3":
         return FrequencyRoPE(dims, llama3_freqs(dims, base, scaling), traditional)
     if rope_type == "yarn":
@@ -155,8 +149,6 @@ def make_rope(config: LlamaConfig) -> nn.Module:
         return FrequencyRoPE(dims, freqs, traditional, input_scale=mscale)
     if rope_type == "longrope":
         # mlx-lm's SuScaledRoPE ignores rope_traditional.
-        freqs, mscale = longrope_freqs_and_mscale(
-            dims, base, config.max_position_embeddings, scaling
-        )
+        freqs, mscale = longrope_freqs_and_mscale(dims, base, config.max_position_embeddings, scaling)
         return FrequencyRoPE(dims, freqs, False, input_scale=mscale, always_scale=True)
     raise ValueError(f"unsupported rope_type {rope_type!r}")  # config validation prevents this

@@ -39,6 +39,9 @@ SPECIAL_TOKEN_NAMES = (
 _FILE_AS_IS_CLASSES = frozenset(
     {"PreTrainedTokenizer", "PreTrainedTokenizerFast", "TokenizersBackend", "BloomTokenizer"}
 )
+# Model types AutoTokenizer maps to the generic backend whatever tokenizer_class says
+# (mistral: when mistral_common is not installed, as in the oracle venv).
+_GENERIC_BACKEND_MODEL_TYPES = frozenset({"mistral", "iquestcoder"})
 # Special tokens a rebuilding class assumes when tokenizer_config.json names none.
 _CLASS_DEFAULT_TOKENS = {
     "gpt2": {"unk_token": "<|endoftext|>", "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"},
@@ -84,9 +87,9 @@ class ChatTokenizer:
         settings.pop("add_eos_token", None)
 
         templates = _chat_templates(path, settings.pop("chat_template", None))
-        added_tokens = _added_tokens_decoder(path, settings, json.loads(tokenizer_json_text))
-        special = _special_tokens(settings, added_tokens, kind)
         tokenizer_json = json.loads(tokenizer_json_text)
+        added_tokens = _added_tokens_decoder(path, settings, tokenizer_json)
+        special = _special_tokens(settings, added_tokens, kind)
         if tokenizer_json.get("padding"):
             special["named"].setdefault("pad_token", tokenizer_json["padding"]["pad_token"])
 
@@ -95,9 +98,7 @@ class ChatTokenizer:
         backend.encode_special_tokens = bool(settings.get("split_special_tokens", False))
         if backend.post_processor is None:
             # transformers installs an empty template (no BOS/EOS) in that case.
-            backend.post_processor = processors.TemplateProcessing(
-                single="$A:0", pair="$A:0 $B:1", special_tokens=[]
-            )
+            backend.post_processor = processors.TemplateProcessing(single="$A:0", pair="$A:0 $B:1", special_tokens=[])
         # transformers disables truncation and padding for a plain encode.
         backend.no_truncation()
         backend.no_padding()
@@ -146,9 +147,7 @@ class ChatTokenizer:
         if tools is not None and "tool_use" in self.chat_templates:
             return self.chat_templates["tool_use"]
         if "default" not in self.chat_templates:
-            raise TokenizerError(
-                f"several chat templates and none is 'default': {sorted(self.chat_templates)}"
-            )
+            raise TokenizerError(f"several chat templates and none is 'default': {sorted(self.chat_templates)}")
         return self.chat_templates["default"]
 
     def render_chat(
@@ -195,6 +194,8 @@ def _read_model_config(path: Path) -> dict[str, Any]:
 
 def _backend_kind(settings: dict[str, Any], model_config: dict[str, Any], tokenizer_json: str) -> str:
     """Which transformers class AutoTokenizer would build for a Llama directory."""
+    if model_config.get("model_type") in _GENERIC_BACKEND_MODEL_TYPES:
+        return "file"
     declared = settings.get("tokenizer_class") or model_config.get("tokenizer_class")
     if declared is None:
         return "file"
@@ -277,9 +278,7 @@ def _added_tokens_decoder(
     return decoder
 
 
-def _special_tokens(
-    settings: dict[str, Any], added_tokens: dict[int, AddedToken], kind: str
-) -> dict[str, Any]:
+def _special_tokens(settings: dict[str, Any], added_tokens: dict[int, AddedToken], kind: str) -> dict[str, Any]:
     """Named, model-specific (`image_token`, ...) and extra special tokens, as transformers
     collects them; values are str or AddedToken (settings updated in place)."""
     if "additional_special_tokens" in settings and not settings.get("extra_special_tokens"):
@@ -287,9 +286,7 @@ def _special_tokens(
     model_specific = {
         key: settings.pop(key)
         for key in list(settings)
-        if key not in SPECIAL_TOKEN_NAMES
-        and key.endswith("_token")
-        and isinstance(settings[key], str)
+        if key not in SPECIAL_TOKEN_NAMES and key.endswith("_token") and isinstance(settings[key], str)
     }
     extra = settings.pop("extra_special_tokens", None) or []
     if isinstance(extra, dict):
@@ -336,17 +333,13 @@ def _build_backend(
         backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
         backend.decoder = decoders.ByteLevel()
     else:
-        backend = Tokenizer(
-            BPE(vocab=vocab, merges=merges, fuse_unk=True, byte_fallback=True, dropout=None)
-        )
+        backend = Tokenizer(BPE(vocab=vocab, merges=merges, fuse_unk=True, byte_fallback=True, dropout=None))
         add_prefix_space = settings.get("add_prefix_space")
         add_prefix_space = True if add_prefix_space is None else add_prefix_space
         legacy = settings.get("legacy", False)
         prepend = ("first" if not legacy else "always") if add_prefix_space else "never"
         backend.normalizer = None
-        backend.pre_tokenizer = pre_tokenizers.Metaspace(
-            replacement="▁", prepend_scheme=prepend, split=False
-        )
+        backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme=prepend, split=False)
         steps = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
         if add_prefix_space:
             steps.append(decoders.Strip(content=" ", left=1))
@@ -358,9 +351,7 @@ def _build_backend(
     return backend
 
 
-def _register_tokens(
-    backend: Tokenizer, added_tokens: dict[int, AddedToken], special: dict[str, Any]
-) -> None:
+def _register_tokens(backend: Tokenizer, added_tokens: dict[int, AddedToken], special: dict[str, Any]) -> None:
     """Re-add the added and special tokens as transformers does after building."""
     to_add: list[Any] = [added_tokens[i] for i in sorted(added_tokens)]
     present = backend.get_added_tokens_decoder()
@@ -371,9 +362,7 @@ def _register_tokens(
     for value in special["extra"]:
         if str(value) not in known and value not in to_add:
             to_add.append(value)
-    named_contents = {
-        str(v) for v in [*special["named"].values(), *special["model_specific"].values()] if v
-    }
+    named_contents = {str(v) for v in [*special["named"].values(), *special["model_specific"].values()] if v}
     tokens = []
     for token in to_add:
         if isinstance(token, str):
@@ -385,9 +374,7 @@ def _register_tokens(
         backend.add_tokens(tokens)
 
 
-def _eos_token_ids(
-    path: Path, backend: Tokenizer, eos_token: str | None, unk_token: str | None
-) -> frozenset[int]:
+def _eos_token_ids(path: Path, backend: Tokenizer, eos_token: str | None, unk_token: str | None) -> frozenset[int]:
     """mlx-lm's rule: generation_config.json's eos_token_id (when truthy) replaces
     config.json's; the tokenizer's own EOS id is added to them."""
     config_eos = _read_model_config(path).get("eos_token_id")

@@ -21,7 +21,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm import load
 from mlx_lm.generate import generate_step
-from mlx_lm.models.cache import make_prompt_cache
+from mlx_lm.models.cache import RotatingKVCache, make_prompt_cache
 
 
 class LogitTap:
@@ -53,12 +53,43 @@ def encode_prompt(tokenizer, scenario):
     return None, tokenizer.encode(scenario["prompt"], add_special_tokens=True)
 
 
+def force_prefix(forced, prompt_length):
+    """A logits processor (mlx-lm's own hook) that makes the first sampled tokens `forced`.
+
+    Only the processed logits change: the tap has already recorded the model's raw ones.
+    """
+
+    def processor(tokens, logits):
+        index = tokens.size - prompt_length
+        if index >= len(forced):
+            return logits
+        keep = mx.arange(logits.shape[-1]) == forced[index]
+        return mx.where(keep, logits, mx.array(-mx.inf, dtype=logits.dtype))
+
+    return processor
+
+
+def make_cache(model, scenario):
+    """mlx-lm's cache for the scenario.
+
+    `max_kv_size` builds the RotatingKVCache(max_size, keep=4) that make_prompt_cache builds
+    for models without `make_cache`: for llama, make_prompt_cache ignores max_kv_size, since
+    the model's own make_cache wins (mlx-lm 0.32.2).
+    """
+    if scenario.get("max_kv_size") is not None:
+        return [RotatingKVCache(max_size=scenario["max_kv_size"], keep=4) for _ in model.layers]
+    return make_prompt_cache(model)
+
+
 def run_scenario(model, tokenizer, scenario):
     rendered, prompt_ids = encode_prompt(tokenizer, scenario)
     n_tokens = scenario["n_tokens"]
     tap = LogitTap(model)
-    cache = make_prompt_cache(model)
+    cache = make_cache(model, scenario)
     prompt = mx.array(prompt_ids)
+    options = {k: scenario[k] for k in ("kv_bits", "kv_group_size", "quantized_kv_start") if scenario.get(k) is not None}
+    if scenario.get("forced_prefix"):
+        options["logits_processors"] = [force_prefix(scenario["forced_prefix"], len(prompt_ids))]
     tokens = []
     # Greedy, no stop on EOS: the logits of every step are compared, EOS is judged separately.
     for token, _logprobs in generate_step(
@@ -67,6 +98,7 @@ def run_scenario(model, tokenizer, scenario):
         max_tokens=n_tokens,
         prompt_cache=cache,
         prefill_step_size=scenario["prefill_step_size"],
+        **options,
     ):
         tokens.append(int(token))
     # Calls are: the prefill chunks (their logits are unused), then one per produced token,
@@ -81,6 +113,7 @@ def run_scenario(model, tokenizer, scenario):
         "eos_ids": sorted(int(t) for t in tokenizer.eos_token_ids),
         "logits_dtype": str(rows[0].dtype),
         "prefill_calls": n_chunks + 1,
+        "cache_types": sorted({type(c).__name__ for c in cache}),
     }, logits
 
 

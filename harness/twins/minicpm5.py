@@ -1,0 +1,208 @@
+"""Twins of openbmb/MiniCPM5-2B-MLX (revision 3d00c3da500debfe345e60e25a87ed2669f5b1ee).
+
+We cannot download the artifact, but the harness must exercise its shape: a standard
+Llama with 42 layers, hidden 2048, intermediate 6144, 16 query / 2 KV heads of 128,
+untied embeddings, vocabulary 130560, rope theta 5e6, affine 4-bit group-64 weights,
+two EOS ids (1 `</s>` and 130073 `<|im_end|>`) and a separate chat_template.jinja whose
+thinking switch has three states. Two twins share everything but the dimensions:
+
+- `minicpm5-2b`: the exact config (about 1.5 GB on disk; 2.52B logical parameters).
+- `minicpm5-2b-mini`: 4 layers, hidden 256, intermediate 768, 4 query / 2 KV heads of 64,
+  same vocabulary, special ids, quantization, rope and files, for fast CPU tests.
+
+Decisions a reader should know:
+
+- Scales, biases and norm weights are float32, where the real artifact most likely has
+  bfloat16 (which would make it about 1.3 GiB). MLX's CPU backend computes fp16/bf16
+  10-40x slower than float32, and the model's activations take the dtype of the scales,
+  so float32 keeps CPU parity runs fast. The shapes, bit packing and quantization
+  config are the artifact's; only those dtypes differ.
+- Facts we do not have are assumptions of the twin, not of the artifact: rms_norm_eps
+  1e-6, max_position_embeddings 32768, pad token `<unk>`, no BOS added by the tokenizer
+  (the template writes it), the tool-prompt wording, and the ids of the think/tool tags
+  (130074-130079; `<|im_start|>` at 130072).
+- The tool-call format follows what MiniCPM5 releases document and what mlx-lm 0.32.2's
+  `minicpm5` tool parser reads: bare `<function name="f"><param name="p">v</param></function>`
+  blocks. mlx-lm picks that parser from the template text, as it would for the artifact.
+- Weights are seeded random (see weights.py); the tokenizer is a real byte-level BPE
+  trained on corpus.py's text and the chat template, spread over the 130560 ids (bpe.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from harness.twins.bpe import SpecialToken, build_tokenizer, live_id_ranges
+from harness.twins.corpus import CORPUS
+from harness.twins.spec import LlamaShape, QuantSettings, TwinSpec
+from harness.twins.weights import write_weights
+
+VOCAB_SIZE = 130560
+BOS, EOS, UNK, PAD = "<s>", "</s>", "<unk>", "<unk>"
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+SPECIAL_TOKENS = [
+    SpecialToken(UNK, 0),
+    SpecialToken(EOS, 1),
+    SpecialToken(BOS, 2),
+    SpecialToken(IM_START, 130072),
+    SpecialToken(IM_END, 130073),
+    SpecialToken("<think>", 130074),
+    SpecialToken("</think>", 130075),
+    SpecialToken("<tool_call>", 130076),
+    SpecialToken("</tool_call>", 130077),
+    SpecialToken("<tool_response>", 130078),
+    SpecialToken("</tool_response>", 130079),
+]
+TOKEN_IDS = {t.content: t.token_id for t in SPECIAL_TOKENS}
+EOS_TOKEN_IDS = (TOKEN_IDS[EOS], TOKEN_IDS[IM_END])
+FIRST_BPE_ID = 3
+BPE_VOCAB_SIZE = 4096  # an upper bound: the training text runs out of pairs first (~1.8k)
+MAX_POSITIONS = 32768
+RMS_NORM_EPS = 1e-06
+ROPE_THETA = 5000000.0
+CHAT_TEMPLATE_FILE = Path(__file__).with_name("minicpm5_chat_template.jinja")
+
+MINICPM5_2B_SHAPE = LlamaShape(
+    num_hidden_layers=42,
+    hidden_size=2048,
+    intermediate_size=6144,
+    num_attention_heads=16,
+    num_key_value_heads=2,
+    head_dim=128,
+    vocab_size=VOCAB_SIZE,
+)
+MINICPM5_2B_MINI_SHAPE = LlamaShape(
+    num_hidden_layers=4,
+    hidden_size=256,
+    intermediate_size=768,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=64,
+    vocab_size=VOCAB_SIZE,
+)
+
+
+def training_text() -> list[str]:
+    """The BPE training text: the prose corpus plus the chat template, so chat markup
+    tokenizes into a few pieces, as it does for a model trained on its own format."""
+    return [*CORPUS, CHAT_TEMPLATE_FILE.read_text(encoding="utf-8")]
+
+
+def _token_dict(content: str) -> dict[str, Any]:
+    return {"content": content, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False}
+
+
+def model_config(spec: TwinSpec) -> dict[str, Any]:
+    """config.json, keys sorted and the quantization copied, as mlx-lm's save_config writes it."""
+    shape = spec.shape
+    config: dict[str, Any] = {
+        "architectures": ["LlamaForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": TOKEN_IDS[BOS],
+        "eos_token_id": list(spec.eos_token_ids),
+        "head_dim": shape.head_dim,
+        "hidden_act": "silu",
+        "hidden_size": shape.hidden_size,
+        "intermediate_size": shape.intermediate_size,
+        "max_position_embeddings": MAX_POSITIONS,
+        "mlp_bias": False,
+        "model_type": "llama",
+        "num_attention_heads": shape.num_attention_heads,
+        "num_hidden_layers": shape.num_hidden_layers,
+        "num_key_value_heads": shape.num_key_value_heads,
+        "quantization": spec.quantization.as_config(),
+        "quantization_config": spec.quantization.as_config(),
+        "rms_norm_eps": RMS_NORM_EPS,
+        "rope_scaling": None,
+        "rope_theta": spec.rope_theta,
+        "tie_word_embeddings": shape.tie_word_embeddings,
+        "use_cache": True,
+        "vocab_size": shape.vocab_size,
+    }
+    return dict(sorted(config.items()))
+
+
+def tokenizer_config() -> dict[str, Any]:
+    """tokenizer_config.json: no chat_template inside (it ships as chat_template.jinja).
+
+    PreTrainedTokenizerFast makes transformers load tokenizer.json exactly as written.
+    """
+    return {
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "added_tokens_decoder": {str(t.token_id): {**_token_dict(t.content), "special": True} for t in SPECIAL_TOKENS},
+        "bos_token": BOS,
+        "clean_up_tokenization_spaces": False,
+        "eos_token": EOS,
+        "model_max_length": MAX_POSITIONS,
+        "pad_token": PAD,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "unk_token": UNK,
+    }
+
+
+def special_tokens_map() -> dict[str, Any]:
+    return {
+        "bos_token": _token_dict(BOS),
+        "eos_token": _token_dict(EOS),
+        "pad_token": _token_dict(PAD),
+        "unk_token": _token_dict(UNK),
+    }
+
+
+def generation_config(spec: TwinSpec) -> dict[str, Any]:
+    # mlx-lm replaces config.json's eos_token_id with this one when it is set.
+    return {
+        "bos_token_id": TOKEN_IDS[BOS],
+        "eos_token_id": list(spec.eos_token_ids),
+        "pad_token_id": TOKEN_IDS[PAD],
+    }
+
+
+def _write_json(path: Path, obj: Any, indent: int = 2) -> None:
+    path.write_text(json.dumps(obj, indent=indent, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def write_minicpm5(spec: TwinSpec, out_dir: Path) -> None:
+    """Write the artifact's files for `spec` into the empty directory `out_dir`."""
+    vocab_size = spec.shape.vocab_size
+    tokenizer = build_tokenizer(training_text(), BPE_VOCAB_SIZE, vocab_size, SPECIAL_TOKENS, FIRST_BPE_ID)
+    live_vocab = live_id_ranges(tokenizer, vocab_size)
+    write_weights(out_dir, spec.shape, spec.seed, spec.quantization, spec.num_shards, live_vocab)
+    _write_json(out_dir / "config.json", model_config(spec), indent=4)
+    tokenizer.save(str(out_dir / "tokenizer.json"))
+    _write_json(out_dir / "tokenizer_config.json", tokenizer_config())
+    _write_json(out_dir / "special_tokens_map.json", special_tokens_map())
+    _write_json(out_dir / "generation_config.json", generation_config(spec))
+    (out_dir / "chat_template.jinja").write_text(CHAT_TEMPLATE_FILE.read_text(encoding="utf-8"), encoding="utf-8")
+
+
+def _spec(twin_id: str, description: str, seed: int, shape: LlamaShape) -> TwinSpec:
+    return TwinSpec(
+        twin_id=twin_id,
+        description=description,
+        seed=seed,
+        shape=shape,
+        quantization=QuantSettings(group_size=64, bits=4),
+        num_shards=2,
+        rope_theta=ROPE_THETA,
+        eos_token_ids=EOS_TOKEN_IDS,
+        write=write_minicpm5,
+    )
+
+
+MINICPM5_2B = _spec(
+    "minicpm5-2b",
+    "openbmb/MiniCPM5-2B-MLX@3d00c3da: exact config, seeded random 4-bit weights",
+    seed=50_002,
+    shape=MINICPM5_2B_SHAPE,
+)
+MINICPM5_2B_MINI = _spec(
+    "minicpm5-2b-mini",
+    "MiniCPM5-2B structure, vocabulary and special ids at small dimensions, for CPU tests",
+    seed=50_003,
+    shape=MINICPM5_2B_MINI_SHAPE,
+)

@@ -1,0 +1,95 @@
+"""The typed description of a twin: the Llama shape it copies and how to write it.
+
+A twin is "exact config, seeded random weights": everything a loader, a tokenizer or a
+chat renderer can look at is the real artifact's (shapes, quantization, vocabulary size,
+special ids, file layout, template behaviour); only the numbers inside the weights and
+the BPE merges are made up, from a fixed seed and a fixed corpus.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class LlamaShape:
+    """The config.json numbers that decide every tensor shape of a dense Llama."""
+
+    num_hidden_layers: int
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    vocab_size: int
+    tie_word_embeddings: bool = False
+
+    def __post_init__(self) -> None:
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"{self.num_key_value_heads} KV heads do not divide {self.num_attention_heads} query heads"
+            )
+
+    @property
+    def q_size(self) -> int:
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_key_value_heads * self.head_dim
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "num_hidden_layers": self.num_hidden_layers,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim,
+            "vocab_size": self.vocab_size,
+            "tie_word_embeddings": self.tie_word_embeddings,
+        }
+
+
+@dataclass(frozen=True)
+class QuantSettings:
+    """MLX affine quantization applied to every matrix (norms stay unquantized)."""
+
+    group_size: int = 64
+    bits: int = 4
+
+    def as_config(self) -> dict[str, int]:
+        # Key order as the artifact's config.json has it.
+        return {"group_size": self.group_size, "bits": self.bits}
+
+
+@dataclass(frozen=True)
+class TwinSpec:
+    """One registered twin.
+
+    `write` fills an empty directory with the artifact's files; it must be a pure
+    function of the spec (no clock, no environment), so two builds are byte-identical.
+    """
+
+    twin_id: str
+    description: str
+    seed: int
+    shape: LlamaShape
+    quantization: QuantSettings
+    num_shards: int
+    rope_theta: float
+    eos_token_ids: tuple[int, ...]
+    write: Callable[[TwinSpec, Path], None]
+
+    def config_summary(self) -> dict[str, Any]:
+        return {
+            "model_type": "llama",
+            **self.shape.summary(),
+            "rope_theta": self.rope_theta,
+            "quantization": self.quantization.as_config(),
+            "eos_token_ids": list(self.eos_token_ids),
+            "num_shards": self.num_shards,
+        }
