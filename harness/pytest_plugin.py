@@ -25,7 +25,6 @@ from harness.report import ItemResult, build_report, print_table, write_report
 from harness.session import ParitySession
 
 _SESSION_KEY = pytest.StashKey[ParitySession]()
-_RESULTS_KEY = pytest.StashKey[list[ItemResult]]()
 _STARTED_KEY = pytest.StashKey[dt.datetime]()
 
 
@@ -40,8 +39,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "parity: a parity gate collected from a profile")
     config.addinivalue_line("markers", "L1: tier L1 (bit-exact against the plain oracle)")
     config.addinivalue_line("markers", "L2: tier L2 (composed oracle or explained budget)")
-    config.stash[_RESULTS_KEY] = []
     config.stash[_STARTED_KEY] = dt.datetime.now(dt.UTC)
+    config.pluginmanager.register(_Collector(), "parity-collector")
     requested = [m for value in config.getoption("model") for m in value.split(",") if m]
     known = available_profiles()
     unknown = [m for m in requested if m not in known]
@@ -134,31 +133,29 @@ class ParityItem(pytest.Item):
         return self.path, None, f"{self.profile.name}::{self.scenario.id}::{self.check}"
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.when != "call":
-        return
-    for key, value in report.user_properties:
-        if key == "parity":
-            _pending.append(ItemResult(**json.loads(value)))
+class _Collector:
+    """Gathers item results on the controller (xdist workers send them in user_properties)."""
 
+    def __init__(self) -> None:
+        self.results: list[ItemResult] = []
 
-_pending: list[ItemResult] = []
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "call":
+            return
+        for key, value in report.user_properties:
+            if key == "parity":
+                self.results.append(ItemResult(**json.loads(value)))
 
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    config = session.config
-    if hasattr(config, "workerinput"):  # xdist worker: the controller reports
-        return
-    results = list(_pending)
-    _pending.clear()
-    if not results:
-        return
-    print_table(results)
-    if config.getoption("no_parity_report"):
-        return
-    context = {"device": device_facts().as_dict(), "models": sorted({r.model for r in results})}
-    report = build_report(results, context, config.stash[_STARTED_KEY])
-    target = config.getoption("parity_report")
-    path = write_report(report, Path(target) if target else None)
-    config.stash[_RESULTS_KEY] = results
-    print(f"parity report: {path}")
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        config = session.config
+        if hasattr(config, "workerinput") or not self.results:  # xdist worker: the controller reports
+            return
+        print_table(self.results)
+        if config.getoption("no_parity_report"):
+            return
+        context = {"device": device_facts().as_dict(), "models": sorted({r.model for r in self.results})}
+        report = build_report(self.results, context, config.stash[_STARTED_KEY])
+        target = config.getoption("parity_report")
+        path = write_report(report, Path(target) if target else None)
+        print(f"parity report: {path}")

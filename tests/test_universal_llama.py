@@ -290,7 +290,7 @@ def test_kv_cache_grows_in_blocks_and_slices_to_offset() -> None:
     assert cache.offset == 257 and cache.keys.shape[2] == 512 and keys.shape[2] == 257
     column = np.array(values[0, 0, :, 0])
     assert (column[:5] == 1).all() and (column[5:256] == 2).all() and column[256] == 3
-    assert cache.attention_mask(1) is None and cache.attention_mask(7) == "causal"
+    assert cache.make_mask(1) is None and cache.make_mask(7) == "causal"
 
 
 def test_model_cache_offsets_follow_the_tokens_fed(loaded: tuple[UniversalLlama, LlamaConfig]) -> None:

@@ -6,6 +6,17 @@ step feeds one token. The logits a step reports are `logits[:, -1, :]` of that m
 call, and its token is the argmax of the log-softmax, exactly as mlx-lm's greedy sampler
 picks it (the argmax of logprobs can differ from that of logits only in ties, but we
 copy the computation rather than reason about ties).
+
+The options mirror generate_step's (mlx-lm 0.32.2), with its names and defaults:
+
+- `kv_bits` / `kv_group_size` / `quantized_kv_start`: after every model call (prefill
+  chunks included) each KVCache holding `quantized_kv_start` positions or more becomes a
+  QuantizedKVCache, and the attention then runs on the quantized keys and values.
+- `max_kv_size`: a RotatingKVCache(max_kv_size, keep=4) per layer instead of a KVCache.
+  With `kv_bits` too, the conversion raises NotImplementedError, as mlx-lm's does.
+- `forced_prefix`: mlx-lm's logits-processor hook with a processor that, for the first
+  len(forced_prefix) steps, masks every logit but the forced token's to -inf before the
+  log-softmax and argmax. Step.logits stay the model's raw logits.
 """
 
 from __future__ import annotations
@@ -15,7 +26,11 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
+from models.universal.cache import KV_BITS, KV_GROUP_SIZES, ROTATING_KEEP, maybe_quantize_kv_cache
 from models.universal.model import UniversalLlama
+
+# mlx-lm's DEFAULT_QUANTIZED_KV_START: generate_step's default for quantized_kv_start.
+DEFAULT_QUANTIZED_KV_START = 5000
 
 # mlx-lm runs generation on its own stream; do the same so scheduling cannot differ.
 generation_stream = mx.new_thread_local_stream(mx.default_device())
@@ -37,11 +52,19 @@ def greedy_steps(
     *,
     prefill_step_size: int = 2048,
     forced_tokens: list[int] | None = None,
+    forced_prefix: list[int] | None = None,
+    kv_bits: int | None = None,
+    kv_group_size: int = 64,
+    quantized_kv_start: int = DEFAULT_QUANTIZED_KV_START,
+    max_kv_size: int | None = None,
 ) -> Iterator[Step]:
     """Yield `n_tokens` steps of greedy decoding from `prompt_ids`.
 
     Free-running (forced_tokens None), step i > 0 follows the model's own token of step
     i-1; teacher-forced, it follows forced_tokens[i-1] (so n_tokens - 1 are needed).
+    With `forced_prefix`, Step.token of step i < len(forced_prefix) is forced_prefix[i]
+    (the argmax after the forcing processor) in both modes, so free-running feeds it next.
+    See the module docstring for the cache options.
     """
     if not prompt_ids:
         raise ValueError("prompt_ids: need at least one token")
@@ -49,15 +72,26 @@ def greedy_steps(
         raise ValueError(f"prefill_step_size: must be positive, got {prefill_step_size}")
     if forced_tokens is not None and len(forced_tokens) < n_tokens - 1:
         raise ValueError(f"forced_tokens: {len(forced_tokens)} given, {n_tokens - 1} needed for {n_tokens} steps")
+    vocab_size = model.config.vocab_size
+    _check_options(model, vocab_size, forced_prefix, kv_bits, kv_group_size, quantized_kv_start, max_kv_size)
     if n_tokens <= 0:
         return
 
-    cache = model.make_cache()
+    cache = model.make_cache(max_kv_size=max_kv_size)
+    prefix = list(forced_prefix or [])  # mlx-lm installs no processor for an empty prefix
 
-    def step(tokens: mx.array) -> tuple[mx.array, mx.array]:
+    def quantize_cache() -> None:
+        maybe_quantize_kv_cache(cache, quantized_kv_start, kv_group_size, kv_bits)
+
+    def step(tokens: mx.array, index: int) -> tuple[mx.array, mx.array]:
         with mx.stream(generation_stream):
             logits = model(tokens[None], cache=cache)[:, -1, :]
-            logprobs = logits - mx.logsumexp(logits, keepdims=True)
+            processed = logits
+            if index < len(prefix):
+                keep = mx.arange(logits.shape[-1]) == prefix[index]
+                processed = mx.where(keep, logits, mx.array(-mx.inf, dtype=logits.dtype))
+            quantize_cache()
+            logprobs = processed - mx.logsumexp(processed, keepdims=True)
             return logits, mx.argmax(logprobs, axis=-1)
 
     with mx.stream(generation_stream):
@@ -65,21 +99,59 @@ def greedy_steps(
         while prompt.size > 1:
             chunk = min(prefill_step_size, prompt.size - 1)
             model(prompt[:chunk][None], cache=cache)
+            quantize_cache()
             mx.eval([c.state for c in cache])
             prompt = prompt[chunk:]
             mx.clear_cache()
 
     # Like mlx-lm, queue the next step before handing out the current one, so the
     # device works while the caller reads; this changes timing, never values.
-    logits, token = step(prompt)
+    logits, token = step(prompt, 0)
     mx.async_eval(logits, token)
     for index in range(n_tokens):
         if index + 1 < n_tokens:
             fed = token if forced_tokens is None else mx.array([forced_tokens[index]])
-            next_logits, next_token = step(fed)
+            next_logits, next_token = step(fed, index + 1)
             mx.async_eval(next_logits, next_token)
         yield Step(index=index, logits=logits[0], token=token.item())
         if index % 256 == 0:
             mx.clear_cache()
         if index + 1 < n_tokens:
             logits, token = next_logits, next_token
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_options(
+    model: UniversalLlama,
+    vocab_size: int,
+    forced_prefix: list[int] | None,
+    kv_bits: int | None,
+    kv_group_size: int,
+    quantized_kv_start: int,
+    max_kv_size: int | None,
+) -> None:
+    """Reject values mlx-lm would crash on (or silently misread) with an error naming them."""
+    if forced_prefix is not None:
+        if not isinstance(forced_prefix, (list, tuple)):
+            raise ValueError(f"forced_prefix: expected a list of token ids, got {type(forced_prefix).__name__}")
+        bad = [t for t in forced_prefix if not _is_int(t) or not 0 <= t < vocab_size]
+        if bad:
+            raise ValueError(f"forced_prefix: token ids must be ints in [0, {vocab_size}), got {bad[:5]}")
+    if kv_bits is not None and (not _is_int(kv_bits) or kv_bits not in KV_BITS):
+        raise ValueError(f"kv_bits: must be None or one of {KV_BITS}, got {kv_bits!r}")
+    if not _is_int(kv_group_size) or kv_group_size not in KV_GROUP_SIZES:
+        raise ValueError(f"kv_group_size: must be one of {KV_GROUP_SIZES}, got {kv_group_size!r}")
+    if not _is_int(quantized_kv_start) or quantized_kv_start < 0:
+        raise ValueError(f"quantized_kv_start: must be a non-negative int, got {quantized_kv_start!r}")
+    if kv_bits is not None and model.config.attention_head_dim % kv_group_size:
+        raise ValueError(
+            f"kv_group_size: {kv_group_size} does not divide the head dim {model.config.attention_head_dim}, "
+            "so the keys cannot be quantized"
+        )
+    if max_kv_size is not None and (not _is_int(max_kv_size) or max_kv_size <= ROTATING_KEEP):
+        raise ValueError(
+            f"max_kv_size: must be None or an int above the {ROTATING_KEEP} always-kept positions, got {max_kv_size!r}"
+        )

@@ -12,7 +12,7 @@ from functools import partial
 import mlx.core as mx
 import mlx.nn as nn
 
-from models.universal.cache import KVCache
+from models.universal.cache import ROTATING_KEEP, Cache, KVCache, QuantizedArrays, RotatingKVCache
 from models.universal.config import LlamaConfig
 from models.universal.rope import make_rope
 
@@ -21,6 +21,45 @@ from models.universal.rope import make_rope
 def swiglu(gate: mx.array, up: mx.array) -> mx.array:
     # Compiled like mlx-lm's: the fused kernel rounds differently from eager ops.
     return nn.silu(gate) * up
+
+
+def quantized_scaled_dot_product_attention(
+    queries: mx.array,
+    q_keys: QuantizedArrays,
+    q_values: QuantizedArrays,
+    scale: float,
+    mask: mx.array | str | None,
+    group_size: int,
+    bits: int,
+) -> mx.array:
+    """Attention over a QuantizedKVCache, op for op as mlx-lm's: scaled queries, grouped
+    query heads, quantized_matmul scores, mask, precise softmax, quantized_matmul."""
+    batch, n_q_heads, length, head_dim = queries.shape
+    n_kv_heads = q_keys[0].shape[-3]
+    n_repeats = n_q_heads // n_kv_heads
+    queries = queries * scale
+    if n_repeats > 1:
+        # (B, kv_heads, repeats, L, D) against keys (B, kv_heads, 1, S, D): no key repeat.
+        queries = mx.reshape(queries, (batch, n_kv_heads, n_repeats, length, head_dim))
+        q_keys = [mx.expand_dims(x, axis=-3) for x in q_keys]
+        q_values = [mx.expand_dims(x, axis=-3) for x in q_values]
+    scores = mx.quantized_matmul(queries, *q_keys, transpose=True, group_size=group_size, bits=bits)
+    if mask is not None:
+        if isinstance(mask, str):
+            # "causal", aligned to the end of the keys.
+            n_queries, n_keys = scores.shape[-2:]
+            mask = mx.arange(n_keys - n_queries, n_keys)[:, None] >= mx.arange(n_keys)[None]
+        if n_repeats > 1 and mask.ndim > 3:
+            mask = mx.expand_dims(mask, -3)
+        if mask.dtype == mx.bool_:
+            scores = mx.where(mask, scores, mx.finfo(scores.dtype).min)
+        else:
+            scores = scores + mask
+    scores = mx.softmax(scores, axis=-1, precise=True)
+    out = mx.quantized_matmul(scores, *q_values, transpose=False, group_size=group_size, bits=bits)
+    if n_repeats > 1:
+        out = mx.reshape(out, (batch, n_q_heads, length, head_dim))
+    return out
 
 
 class Attention(nn.Module):
@@ -37,7 +76,7 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.n_heads * head_dim, dim, bias=bias)
         self.rope = make_rope(config)
 
-    def __call__(self, x: mx.array, mask: str | None, cache: KVCache | None) -> mx.array:
+    def __call__(self, x: mx.array, mask: mx.array | str | None, cache: Cache | None) -> mx.array:
         batch, length, _ = x.shape
         queries, keys, values = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         # (B, L, heads * head_dim) -> (B, heads, L, head_dim)
@@ -53,8 +92,14 @@ class Attention(nn.Module):
             queries = self.rope(queries)
             keys = self.rope(keys)
 
-        # GQA needs no repeat: the fused SDPA broadcasts kv heads over query heads.
-        out = mx.fast.scaled_dot_product_attention(queries, keys, values, scale=self.scale, mask=mask)
+        if hasattr(cache, "bits"):
+            # mlx-lm dispatches on the same attribute: a QuantizedKVCache.
+            out = quantized_scaled_dot_product_attention(
+                queries, keys, values, self.scale, mask, group_size=cache.group_size, bits=cache.bits
+            )
+        else:
+            # GQA needs no repeat: the fused SDPA broadcasts kv heads over query heads.
+            out = mx.fast.scaled_dot_product_attention(queries, keys, values, scale=self.scale, mask=mask)
         out = out.transpose(0, 2, 1, 3).reshape(batch, length, -1)
         return self.o_proj(out)
 
@@ -81,7 +126,7 @@ class Block(nn.Module):
         self.input_layernorm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
-    def __call__(self, x: mx.array, mask: str | None, cache: KVCache | None) -> mx.array:
+    def __call__(self, x: mx.array, mask: mx.array | str | None, cache: Cache | None) -> mx.array:
         h = x + self.self_attn(self.input_layernorm(x), mask, cache)
         return h + self.mlp(self.post_attention_layernorm(h))
 
@@ -95,14 +140,16 @@ class LlamaBody(nn.Module):
         self.layers = [Block(config) for _ in range(config.num_hidden_layers)]
         self.norm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
-    def __call__(self, inputs: mx.array, cache: list[KVCache] | None = None) -> mx.array:
+    def __call__(self, inputs: mx.array, cache: list[Cache] | None = None) -> mx.array:
         h = self.embed_tokens(inputs)
         length = h.shape[1]
         if cache is None:
             cache = [None] * len(self.layers)
             mask = "causal" if length > 1 else None
         else:
-            mask = cache[0].attention_mask(length)
+            # mlx-lm asks the first (full-attention) layer's cache: "causal"/None for the
+            # unbounded caches, a boolean array once a rotating cache's window is exceeded.
+            mask = cache[0].make_mask(length)
         for layer, layer_cache in zip(self.layers, cache, strict=True):
             h = layer(h, mask, layer_cache)
         return self.norm(h)
@@ -118,7 +165,7 @@ class UniversalLlama(nn.Module):
         if not config.tie_word_embeddings:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
 
-    def __call__(self, inputs: mx.array, cache: list[KVCache] | None = None) -> mx.array:
+    def __call__(self, inputs: mx.array, cache: list[Cache] | None = None) -> mx.array:
         """Token ids (B, L) -> logits (B, L, vocab); `cache` is updated in place."""
         h = self.model(inputs, cache)
         if self.config.tie_word_embeddings:
@@ -129,5 +176,9 @@ class UniversalLlama(nn.Module):
     def layers(self) -> list[Block]:
         return self.model.layers
 
-    def make_cache(self) -> list[KVCache]:
+    def make_cache(self, max_kv_size: int | None = None) -> list[KVCache] | list[RotatingKVCache]:
+        """One KVCache per layer; with `max_kv_size`, RotatingKVCache(max_kv_size, keep=4)
+        (what mlx-lm's make_prompt_cache builds for a model without make_cache)."""
+        if max_kv_size is not None:
+            return [RotatingKVCache(max_size=max_kv_size, keep=ROTATING_KEEP) for _ in self.layers]
         return [KVCache() for _ in self.layers]

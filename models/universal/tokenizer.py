@@ -42,6 +42,16 @@ _FILE_AS_IS_CLASSES = frozenset(
 # Model types AutoTokenizer maps to the generic backend whatever tokenizer_class says
 # (mistral: when mistral_common is not installed, as in the oracle venv).
 _GENERIC_BACKEND_MODEL_TYPES = frozenset({"mistral", "iquestcoder"})
+# mlx-lm's TokenizerWrapper (tokenizer_utils._infer_thinking, mlx-lm 0.32.2): single-token
+# (start, end) pairs checked in this order, then two multi-token conventions.
+THINK_TOKENS = (
+    ("<think>", "</think>"),
+    ("<longcat_think>", "</longcat_think>"),
+    ("<|think:start|>", "<|think:end|>"),
+)
+_CHANNEL_THINK = ("<|channel>thought", "<channel|>")  # when "<|channel>" and "<channel|>" are tokens
+_XTML_TOKENS = ("<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>")
+_XTML_THINK = ("<|open|>think<|sep|>", "<|close|>think<|sep|>")
 # Special tokens a rebuilding class assumes when tokenizer_config.json names none.
 _CLASS_DEFAULT_TOKENS = {
     "gpt2": {"unk_token": "<|endoftext|>", "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"},
@@ -131,6 +141,31 @@ class ChatTokenizer:
         return self.backend.token_to_id(token)
 
     @property
+    def think_markers(self) -> tuple[str, str] | None:
+        """The (start, end) thinking markers mlx-lm infers from the vocabulary, or None.
+
+        mlx-lm's rule, in its order: the first of THINK_TOKENS whose start and end are both
+        vocabulary entries (added tokens included); else "<|channel>thought"/"<channel|>"
+        when "<|channel>" and "<channel|>" are entries; else, for an XTML vocabulary (all of
+        <|open|>, <|close|>, <|sep|>, <|end_of_msg|>), "<|open|>think<|sep|>" and
+        "<|close|>think<|sep|>". Only membership is checked, so no encode is needed here.
+        """
+        vocab = self.backend.get_vocab(with_added_tokens=True)
+        for start, end in THINK_TOKENS:
+            if start in vocab and end in vocab:
+                return start, end
+        if "<|channel>" in vocab and "<channel|>" in vocab:
+            return _CHANNEL_THINK
+        if all(t in vocab for t in _XTML_TOKENS):
+            return _XTML_THINK
+        return None
+
+    @property
+    def has_thinking(self) -> bool:
+        """mlx-lm's TokenizerWrapper.has_thinking: the vocabulary has thinking markers."""
+        return self.think_markers is not None
+
+    @property
     def eos_token_ids(self) -> frozenset[int]:
         """What mlx-lm stops on: the config's eos_token_id(s) plus the tokenizer's EOS."""
         return self._eos_token_ids
@@ -172,6 +207,33 @@ class ChatTokenizer:
             tools=tools,
             documents=documents,
             variables={**self.special_tokens_map, **template_kwargs},
+        )
+
+    def render_chat_like_mlx_lm(
+        self,
+        messages: list[Mapping[str, Any]],
+        add_generation_prompt: bool = True,
+        *,
+        tools: list[dict] | None = None,
+        documents: list[dict] | None = None,
+        template_name: str | None = None,
+        **template_kwargs: Any,
+    ) -> str:
+        """render_chat as mlx-lm's TokenizerWrapper.apply_chat_template calls the template:
+        when the caller passes no `enable_thinking`, it is set to `self.has_thinking`
+        (so a vocabulary without thinking markers renders with enable_thinking=False).
+
+        (The wrapper's renaming of enable_thinking to `thinking` applies only to tokenizer
+        classes with their own apply_chat_template, never to a Jinja template: not done.)
+        """
+        template_kwargs.setdefault("enable_thinking", self.has_thinking)
+        return self.render_chat(
+            messages,
+            add_generation_prompt,
+            tools=tools,
+            documents=documents,
+            template_name=template_name,
+            **template_kwargs,
         )
 
 
