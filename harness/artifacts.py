@@ -109,12 +109,11 @@ def _seed_twin(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
 
     assert spec.twin and spec.repo and spec.revision
     try:
-        identity = twins.twin_identity(spec.twin)
+        identity = twins.twin_identity(twins.get_twin(spec.twin))
     except ValueError as e:
         raise ArtifactError(f"artifact {spec.repo}: {e}") from None
-    cache = cache_root() / "hf-twins" / f"{spec.twin}-v{identity['version']}"
+    cache = cache_root() / "hf-twins" / f"{spec.twin}-v{identity['twin_version']}"
     repo_dir = cache / ("models--" + spec.repo.replace("/", "--"))
-    snapshot = repo_dir / "snapshots" / spec.revision
     if (repo_dir / ".complete").exists():
         return cache, identity
     (cache_root() / "locks").mkdir(parents=True, exist_ok=True)
@@ -122,15 +121,8 @@ def _seed_twin(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
         if (repo_dir / ".complete").exists():
             return cache, identity
         shutil.rmtree(repo_dir, ignore_errors=True)
-        snapshot.parent.mkdir(parents=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".twin-", dir=snapshot.parent))
-        with progress.task(f"building twin {spec.twin}"):
-            try:
-                twins.build_twin(spec.twin, tmp)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
-        os.replace(tmp, snapshot)
+        with progress.task(f"building twin {spec.twin} as {spec.repo}@{spec.revision}"):
+            twins.build_twin(spec.twin, repo_dir / "snapshots" / spec.revision)  # atomic itself
         (repo_dir / "refs").mkdir()
         (repo_dir / "refs" / "main").write_text(spec.revision)
         (repo_dir / ".complete").write_text(json.dumps(identity) + "\n")
