@@ -81,6 +81,15 @@ def check_expected_config(profile: Profile, model_dir: Path) -> None:
         config = json.loads((model_dir / "config.json").read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise ArtifactError(f"{profile.name}: artifact {model_dir}: unreadable config.json: {e}") from None
+    if profile.family is not None:
+        from harness.family import detect_family
+
+        detected = detect_family(config)
+        if detected != profile.family:
+            raise ArtifactError(
+                f"{profile.name}: artifact {model_dir}/config.json is family {detected!r}, the profile "
+                f"{profile.source_file} declares {profile.family!r}"
+            )
     for key, expected in profile.expect.items():
         actual = config.get(key, "<absent>")
         if actual != expected:

@@ -139,6 +139,7 @@ class Profile:
     artifact: ArtifactSpec
     scenarios: list[Scenario]
     description: str = ""
+    family: str | None = None  # the artifact's config must be detected as this family, exactly
     expect: dict[str, Any] = field(default_factory=dict)
     defaults: Defaults = field(default_factory=Defaults)
     source_file: str = ""

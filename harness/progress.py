@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from rich.console import Console
 
@@ -16,6 +16,9 @@ from rich.console import Console
 class Progress:
     def __init__(self) -> None:
         self.console = Console(stderr=True, highlight=False, soft_wrap=True)
+        # pytest captures output inside tests; its plugin installs a context manager here that
+        # suspends capturing so progress reaches the terminal live.
+        self.uncaptured: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext
 
     @property
     def quiet(self) -> bool:
@@ -23,7 +26,8 @@ class Progress:
 
     def say(self, message: str) -> None:
         if not self.quiet:
-            self.console.print(f"[dim]parity[/dim] {message}")
+            with self.uncaptured():
+                self.console.print(f"[dim]parity[/dim] {message}")
 
     @contextlib.contextmanager
     def task(self, description: str) -> Iterator[None]:

@@ -20,6 +20,7 @@ from harness.compare import CheckResult
 from harness.errors import HarnessError
 from harness.paths import profiles_dir
 from harness.profile import Profile, Scenario, available_profiles, load_profile
+from harness.progress import progress
 from harness.provenance import device_facts
 from harness.report import ItemResult, build_report, print_table, write_report
 from harness.session import ParitySession
@@ -41,6 +42,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "L2: tier L2 (composed oracle or explained budget)")
     config.stash[_STARTED_KEY] = dt.datetime.now(dt.UTC)
     config.pluginmanager.register(_Collector(), "parity-collector")
+    capture = config.pluginmanager.getplugin("capturemanager")
+    if capture is not None:
+        progress.uncaptured = capture.global_and_fixture_disabled
     requested = [m for value in config.getoption("model") for m in value.split(",") if m]
     known = available_profiles()
     unknown = [m for m in requested if m not in known]
@@ -146,11 +150,10 @@ class _Collector:
             if key == "parity":
                 self.results.append(ItemResult(**json.loads(value)))
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        config = session.config
+    def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
         if hasattr(config, "workerinput") or not self.results:  # xdist worker: the controller reports
             return
+        terminalreporter.write_line("")
         print_table(self.results)
         if config.getoption("no_parity_report"):
             return
@@ -158,4 +161,4 @@ class _Collector:
         report = build_report(self.results, context, config.stash[_STARTED_KEY])
         target = config.getoption("parity_report")
         path = write_report(report, Path(target) if target else None)
-        print(f"parity report: {path}")
+        terminalreporter.write_line(f"parity report: {path}")

@@ -23,7 +23,7 @@ import mlx.core as mx
 import numpy as np
 import tokenizers
 
-from harness.twins.family import detect_family
+from harness.family import detect_family
 from harness.twins.minicpm5 import MINICPM5_2B, MINICPM5_2B_MINI
 from harness.twins.spec import LlamaShape, QuantSettings, TwinSpec
 

@@ -1,0 +1,86 @@
+"""MiniCPM5-2B (mini twin) gates fail on the faults a port would make.
+
+Each test perturbs the in-tree side only (a copied artifact with one file edited, or one
+generation option changed) and judges it against the real mlx-lm goldens of the mini twin.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.runners import InTreeRunner
+from harness.session import CHECKS, ParitySession
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("minicpm5-2b-mini")]
+
+MODEL = "minicpm5-2b-mini"
+
+
+@pytest.fixture(scope="module")
+def session() -> ParitySession:
+    return ParitySession()
+
+
+def judge(session: ParitySession, scenario_id: str, check: str, runner: InTreeRunner | None = None, **spec_edits):
+    profile = session.profile(MODEL)
+    scenario = profile.scenario(scenario_id)
+    golden = session.goldens(profile)[scenario_id].record
+    mode, fn = CHECKS[check]
+    runner = runner or session.runner(profile)
+    spec = profile.scenario_spec(scenario) | spec_edits
+    record = runner.run(spec, forced_tokens=golden.tokens if mode == "teacher_forced" else None)
+    return fn(golden, record)
+
+
+def edited_artifact(session: ParitySession, tmp_path: Path, name: str, edit) -> InTreeRunner:
+    source = session.artifact(session.profile(MODEL)).model_dir
+    copy = tmp_path / "artifact"
+    shutil.copytree(source, copy)
+    path = copy / name
+    path.write_text(edit(path.read_text()))
+    return InTreeRunner(copy)
+
+
+def test_unperturbed_gates_pass(session: ParitySession) -> None:
+    assert judge(session, "eos-im-end", "eos_stop").passed
+    assert judge(session, "kv8-converts-mid-decode", "decode_logits").passed
+
+
+def test_dropping_one_eos_id_is_caught(session: ParitySession, tmp_path: Path) -> None:
+    def drop_im_end(text: str) -> str:
+        config = json.loads(text)
+        config["eos_token_id"] = [1]
+        return json.dumps(config)
+
+    runner = edited_artifact(session, tmp_path, "generation_config.json", drop_im_end)
+    result = judge(session, "eos-im-end", "eos_stop", runner)
+    assert not result.passed and "EOS id sets differ" in result.summary, result.summary
+
+
+def test_chat_template_whitespace_is_caught(session: ParitySession, tmp_path: Path) -> None:
+    runner = edited_artifact(
+        session,
+        tmp_path,
+        "chat_template.jinja",
+        lambda t: t.replace("<|im_start|>assistant\n", "<|im_start|>assistant \n"),
+    )
+    result = judge(session, "think-off", "prompt_identity", runner)
+    assert not result.passed and "rendered prompts differ" in result.summary, result.summary
+
+
+@pytest.mark.parametrize(
+    ("scenario_id", "edit"),
+    [
+        ("kv8-converts-mid-decode", {"kv_group_size": 32}),
+        ("kv8-converts-mid-decode", {"quantized_kv_start": 41}),
+        ("kv4-from-prefill", {"kv_bits": 8}),
+        ("rotating-kv", {"max_kv_size": 25}),
+    ],
+)
+def test_kv_cache_option_changes_are_caught(session: ParitySession, scenario_id: str, edit: dict) -> None:
+    result = judge(session, scenario_id, "teacher_forced_logits", **edit)
+    assert not result.passed and result.first_bad_step is not None, result.summary
