@@ -62,12 +62,13 @@ def test_dropping_one_eos_id_is_caught(session: ParitySession, tmp_path: Path) -
 
 
 def test_chat_template_whitespace_is_caught(session: ParitySession, tmp_path: Path) -> None:
-    runner = edited_artifact(
-        session,
-        tmp_path,
-        "chat_template.jinja",
-        lambda t: t.replace("<|im_start|>assistant\n", "<|im_start|>assistant \n"),
-    )
+    header = "'<|im_start|>assistant\\n'"  # as the template writes it: a Jinja string with \n
+
+    def add_space(template: str) -> str:
+        assert header in template
+        return template.replace(header, header.replace("assistant", "assistant "))
+
+    runner = edited_artifact(session, tmp_path, "chat_template.jinja", add_space)
     result = judge(session, "think-off", "prompt_identity", runner)
     assert not result.passed and "rendered prompts differ" in result.summary, result.summary
 
