@@ -39,3 +39,7 @@ class RecordError(HarnessError):
 
 class InTreeLoadError(HarnessError):
     """The in-tree implementation refused the artifact (unknown/missing tensors, bad config)."""
+
+
+class NonDeterministicError(HarnessError):
+    """An implementation gave different bits for the same inputs: its comparison is void."""

@@ -16,8 +16,8 @@ from filelock import FileLock
 
 from harness import HARNESS_VERSION
 from harness.artifacts import ResolvedArtifact, resolve_artifact, sha256_file
-from harness.compare import CheckResult, compare_eos, compare_prompt, compare_steps, compare_tokens
-from harness.errors import HarnessError, OracleVersionError
+from harness.compare import CheckResult, compare_eos, compare_prompt, compare_steps, compare_tokens, diff_vectors
+from harness.errors import HarnessError, NonDeterministicError, OracleVersionError
 from harness.paths import REPO_ROOT, cache_root, goldens_dir, oracles_dir
 from harness.profile import Profile, Scenario, find_profile
 from harness.provenance import device_facts
@@ -53,6 +53,19 @@ def harness_commit() -> str:
     )
     commit = out.stdout.strip() or "unknown"
     return commit + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def check_deterministic(label: str, first: ScenarioRecord, second: ScenarioRecord) -> None:
+    """Two runs fed the same tokens must agree bit for bit, or no comparison means anything."""
+    for step in range(min(len(first.tokens), len(second.tokens))):
+        diff = diff_vectors(first.logits[step], second.logits[step])
+        if not diff.equal:
+            raise NonDeterministicError(
+                f"in-tree implementation is not deterministic on {label}: two runs fed the same tokens "
+                f"differ at step {step} ({diff.explain()}); no oracle comparison was made"
+            )
+    if len(first.tokens) != len(second.tokens):
+        raise NonDeterministicError(f"in-tree implementation is not deterministic on {label}: run lengths differ")
 
 
 @dataclass
@@ -164,16 +177,25 @@ class ParitySession:
         return self._runners[profile.name]
 
     def intree(self, profile: Profile, scenario: Scenario, mode: str) -> ScenarioRecord:
+        """The in-tree record of a scenario, checked for determinism before any comparison."""
         key = (profile.name, scenario.id, mode)
         if key not in self._records:
+            golden_tokens = self.goldens(profile)[scenario.id].record.tokens
             spec = profile.scenario_spec(scenario)
-            forced = None
-            if mode == "teacher_forced":
-                forced = self.goldens(profile)[scenario.id].record.tokens
-            record = self.runner(profile).run(spec, forced_tokens=forced)
-            record.validate(f"in-tree record {profile.name}/{scenario.id} ({mode})")
-            self._records[key] = record
+            free = self._run(profile, spec, None)
+            forced = self._run(profile, spec, golden_tokens)
+            # Fed the same tokens, two runs must agree bit for bit. When the free run followed the
+            # oracle's tokens, the teacher-forced run is exactly such a repeat; otherwise repeat it.
+            repeat = forced if free.tokens == golden_tokens else self._run(profile, spec, None)
+            check_deterministic(f"{profile.name}/{scenario.id}", free, repeat)
+            self._records[(profile.name, scenario.id, "free")] = free
+            self._records[(profile.name, scenario.id, "teacher_forced")] = forced
         return self._records[key]
+
+    def _run(self, profile: Profile, spec: dict[str, Any], forced: list[int] | None) -> ScenarioRecord:
+        record = self.runner(profile).run(spec, forced_tokens=forced)
+        record.validate(f"in-tree record {profile.name}/{spec['id']} ({record.mode})")
+        return record
 
     # -- checks ------------------------------------------------------------------------------
 

@@ -10,8 +10,10 @@ import json
 import shutil
 from pathlib import Path
 
+import mlx.core as mx
 import pytest
 
+from harness.errors import NonDeterministicError
 from harness.runners import InTreeRunner
 from harness.session import CHECKS, ParitySession
 
@@ -85,3 +87,23 @@ def test_chat_template_whitespace_is_caught(session: ParitySession, tmp_path: Pa
 def test_kv_cache_option_changes_are_caught(session: ParitySession, scenario_id: str, edit: dict) -> None:
     result = judge(session, scenario_id, "teacher_forced_logits", **edit)
     assert not result.passed and result.first_bad_step is not None, result.summary
+
+
+def test_a_non_deterministic_implementation_fails_before_any_comparison() -> None:
+    """A model whose output drifts between calls is refused with its own message."""
+
+    def hook(model) -> None:
+        cls = type(model)
+        calls = [0]
+
+        def drifting_call(self, inputs, cache=None):
+            calls[0] += 1
+            logits = cls.__call__(self, inputs, cache)
+            return logits + mx.zeros(logits.shape[-1]).at[7].add(calls[0] * 1e-3)
+
+        model.__class__ = type("Drifting", (cls,), {"__call__": drifting_call})
+
+    session = ParitySession(model_hook=hook)
+    profile = session.profile(MODEL)
+    with pytest.raises(NonDeterministicError, match=r"not deterministic on minicpm5-2b-mini/think-on.*step 0"):
+        session.run_check(profile, profile.scenario("think-on"), "prompt_identity")

@@ -135,6 +135,16 @@ def main():
     result = {"scenarios": {}}
     for scenario in spec["scenarios"]:
         meta, logits = run_scenario(model, tokenizer, scenario)
+        # Determinism self-check: a second run must give the same bits, or the golden means nothing.
+        again_meta, again = run_scenario(model, tokenizer, scenario)
+        if again_meta["tokens"] != meta["tokens"] or again.tobytes() != logits.tobytes():
+            differing = [i for i in range(len(logits)) if again[i].tobytes() != logits[i].tobytes()]
+            print(
+                f"oracle is not deterministic on scenario {scenario['id']}: two runs differ at steps "
+                f"{differing[:8]}; no golden written",
+                file=sys.stderr,
+            )
+            sys.exit(3)
         np.save(args.out / f"{scenario['id']}.logits.npy", logits, allow_pickle=False)
         result["scenarios"][scenario["id"]] = meta
         print(f"oracle: {scenario['id']}: {len(meta['tokens'])} steps", file=sys.stderr, flush=True)
