@@ -7,7 +7,7 @@ MODEL ?= smollm2-135m
 # pytest-xdist workers for `make test` (2 cores here).
 WORKERS ?= auto
 
-.PHONY: parity goldens test lint bench list venv clean-cache
+.PHONY: parity goldens test nightly lint bench list venv clean-cache
 
 venv: $(VENV)/.installed
 
@@ -27,6 +27,11 @@ goldens: venv
 ## make test: the harness's own tests, including the real end-to-end parity of smollm2-135m
 test: venv
 	$(PY) -m pytest tests -n $(WORKERS) --dist loadgroup -p no:cacheprovider $(ARGS)
+
+## make nightly: every profile, full-size twins included (minicpm5-2b: ~1.5 GB twin, scoped on CPU)
+NIGHTLY_MODELS ?= smollm2-135m minicpm5-2b-mini minicpm5-2b
+nightly: venv
+	$(PY) -m harness parity $(foreach m,$(NIGHTLY_MODELS),--model $(m)) $(ARGS)
 
 lint: venv
 	$(PY) -m ruff check harness models tests oracles conftest.py
