@@ -29,6 +29,8 @@ def _parity(args: argparse.Namespace, extra: list[str]) -> int:
         pytest_args += ["--parity-report", args.report]
     if args.workers:
         pytest_args += ["-n", args.workers, "--dist", "loadgroup"]
+    if extra[:1] == ["--"]:
+        extra = extra[1:]
     return int(pytest.main(pytest_args + extra))
 
 

@@ -35,6 +35,19 @@ def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.abs(oa - ob)
 
 
+# ULP distance buckets of every compared element: 0, 1, 2-3, 4-7, ... (powers of two), >= 2^20.
+ULP_BUCKETS = ["0", "1"] + [f"{1 << k}-{(1 << (k + 1)) - 1}" for k in range(1, 20)] + [">=1048576"]
+
+
+def ulp_histogram(expected: np.ndarray, actual: np.ndarray) -> np.ndarray:
+    """Counts of elements per ULP_BUCKETS bucket (bucket index = bit length of the distance)."""
+    distance = ulp_distance(expected, actual)
+    index = np.minimum(
+        np.floor(np.log2(np.maximum(distance, 1))).astype(np.int64) + (distance > 0), len(ULP_BUCKETS) - 1
+    )
+    return np.bincount(index, minlength=len(ULP_BUCKETS))
+
+
 def top_k(x: np.ndarray, k: int = 5) -> list[tuple[int, float]]:
     idx = np.argsort(-x, kind="stable")[:k]
     return [(int(i), float(x[i])) for i in idx]
@@ -136,20 +149,31 @@ def compare_steps(check: str, golden: ScenarioRecord, actual: ScenarioRecord, st
             f"wrong tensor: in-tree produced {actual.logits.shape[0]} steps, expected {steps.stop}",
             first_bad_step=actual.logits.shape[0],
         )
+    histogram = np.zeros(len(ULP_BUCKETS), dtype=np.int64)
     for step in steps:
         diff = diff_vectors(golden.logits[step], actual.logits[step])
         per_step.append(
             {"step": step, "max_abs_diff": diff.max_abs_diff, "max_ulp": diff.max_ulp, "n_differing": diff.n_differing}
         )
+        if not diff.equal and not diff.shape_mismatch:
+            histogram += ulp_histogram(golden.logits[step], actual.logits[step])
+        else:
+            histogram[0] += golden.logits[step].size
         if not diff.equal:
             n_bad += 1
             if first is None:
                 first = (step, diff)
             if diff.shape_mismatch:
                 break
+    buckets = {"ulp_histogram": dict(zip(ULP_BUCKETS, histogram.tolist(), strict=True))}
     if first is None:
         return CheckResult(
-            check, True, f"{len(steps)} steps bit-identical", steps_compared=len(steps), per_step=per_step
+            check,
+            True,
+            f"{len(steps)} steps bit-identical",
+            steps_compared=len(steps),
+            per_step=per_step,
+            details=buckets,
         )
     step, diff = first
     return CheckResult(
@@ -159,7 +183,7 @@ def compare_steps(check: str, golden: ScenarioRecord, actual: ScenarioRecord, st
         first_bad_step=step,
         steps_compared=len(steps),
         steps_differing=n_bad,
-        details={"first_step_diff": asdict(diff)},
+        details={"first_step_diff": asdict(diff)} | buckets,
         per_step=per_step,
     )
 

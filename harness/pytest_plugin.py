@@ -22,8 +22,8 @@ from harness.paths import profiles_dir
 from harness.profile import Profile, Scenario, available_profiles, load_profile
 from harness.progress import progress
 from harness.provenance import device_facts
-from harness.report import ItemResult, build_report, print_table, write_report
-from harness.session import ParitySession
+from harness.report import ItemResult, build_report, peak_rss_mb, print_table, write_report
+from harness.session import ParitySession, harness_commit, model_provenance
 
 _SESSION_KEY = pytest.StashKey[ParitySession]()
 _STARTED_KEY = pytest.StashKey[dt.datetime]()
@@ -111,6 +111,7 @@ class ParityItem(pytest.Item):
             seconds=round(seconds, 3),
             first_bad_step=result.first_bad_step if result else None,
             details={"per_step": result.per_step, **result.details} if result else {},
+            peak_rss_mb=peak_rss_mb(),
         )
         # user_properties travel from xdist workers to the controller, which writes the report.
         self.user_properties.append(("parity", json.dumps(item.__dict__)))
@@ -157,7 +158,13 @@ class _Collector:
         print_table(self.results)
         if config.getoption("no_parity_report"):
             return
-        context = {"device": device_facts().as_dict(), "models": sorted({r.model for r in self.results})}
+        models = sorted({r.model for r in self.results})
+        context = {
+            "device": device_facts().as_dict(),
+            "models": models,
+            "harness_commit": harness_commit(),
+            "provenance": {m: model_provenance(m) for m in models},
+        }
         report = build_report(self.results, context, config.stash[_STARTED_KEY])
         target = config.getoption("parity_report")
         path = write_report(report, Path(target) if target else None)

@@ -31,6 +31,15 @@ class ItemResult:
     first_bad_step: int | None = None
     seconds: float = 0.0
     details: dict[str, Any] = field(default_factory=dict)
+    peak_rss_mb: float = 0.0  # of the process that ran the item, at its end
+
+
+def peak_rss_mb() -> float:
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (1 << 20) if sys.platform == "darwin" else peak / 1024, 1)  # bytes on macOS, KiB on Linux
 
 
 def verdict(results: list[ItemResult]) -> str:

@@ -205,3 +205,34 @@ class ParitySession:
         mode, fn = CHECKS[check]
         golden = self.goldens(profile)[scenario.id]
         return fn(golden.record, self.intree(profile, scenario, mode))
+
+
+def model_provenance(name: str) -> dict[str, Any]:
+    """What a report says about a model's run: artifact (real or twin), oracle, goldens' hashes.
+
+    Reads tracked manifests only (no blobs, no oracle), so the reporting process can call it.
+    """
+    session = ParitySession()
+    try:
+        profile = session.profile(name)
+        artifact = session.artifact(profile)
+    except HarnessError as e:
+        return {"error": str(e)}
+    goldens = {}
+    for scenario in profile.scenarios:
+        manifest = session.store.read_manifest(profile.name, scenario.id) or {}
+        goldens[scenario.id] = {
+            "manifest": str(session.store.manifest_path(profile.name, scenario.id).relative_to(REPO_ROOT))
+            if session.store.manifest_path(profile.name, scenario.id).is_relative_to(REPO_ROOT)
+            else str(session.store.manifest_path(profile.name, scenario.id)),
+            "blobs": {k: v["sha256"] for k, v in manifest.get("blobs", {}).items()},
+            "oracle_environment": manifest.get("oracle_environment", {}),
+        }
+    return {
+        "tier": profile.tier,
+        "oracle": profile.oracle,
+        "oracle_pins_hash": pins_hash(pins_path(profile.oracle).read_text()),
+        "artifact": artifact.provenance(),
+        "ran_twin": "twin" in artifact.identity,
+        "goldens": goldens,
+    }

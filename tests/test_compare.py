@@ -92,3 +92,13 @@ def test_eos_stop(oracle_eos, intree_eos, tokens_a, ok) -> None:
     golden = record(logits, tokens=[5, 2, 7], eos_ids=oracle_eos)
     actual = record(logits, tokens=tokens_a, eos_ids=intree_eos)
     assert compare_eos("eos_stop", golden, actual).passed is ok
+
+
+def test_ulp_histogram_buckets_by_powers_of_two() -> None:
+    from harness.compare import ULP_BUCKETS, ulp_histogram
+
+    base = np.ones(5, np.float32)
+    bits = base.view(np.int32).copy()
+    bits[1:] += np.array([1, 3, 4, 1 << 25], dtype=np.int32)
+    counts = dict(zip(ULP_BUCKETS, ulp_histogram(base, bits.view(np.float32)).tolist(), strict=True))
+    assert {k: v for k, v in counts.items() if v} == {"0": 1, "1": 1, "2-3": 1, "4-7": 1, ">=1048576": 1}
