@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import tempfile
 import time
@@ -51,9 +50,8 @@ class OracleRunner:
             spec_path.write_text(json.dumps({"model_dir": str(model_dir), "scenarios": specs}, indent=2))
             out = work / "out"
             out.mkdir()
-            env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+            cmd, env = self.env.command(str(self.env.generator), "--spec", str(spec_path), "--out", str(out))
             env["HF_HUB_OFFLINE"] = "1"  # the generator loads a local directory, never the hub
-            cmd = [str(self.env.python), "-I", str(self.env.generator), "--spec", str(spec_path), "--out", str(out)]
             ids = ", ".join(s["id"] for s in specs)
             with progress.task(f"oracle {self.oracle}: generating goldens for {ids}"):
                 result = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=work, check=False)

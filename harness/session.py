@@ -7,6 +7,7 @@ scenario share one oracle run and one in-tree run per mode.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from harness.provenance import device_facts
 from harness.records import ScenarioRecord
 from harness.runners import InTreeRunner, ModelHook, OracleRunner
 from harness.store import Golden, GoldenStatus, GoldenStore
-from harness.venvs import pins_hash, pins_path
+from harness.venvs import ensure_oracle_env, pins_hash, pins_path
 
 # Which in-tree run each check judges: the free-running one or the teacher-forced one.
 CheckFn = Callable[[ScenarioRecord, ScenarioRecord], CheckResult]
@@ -53,6 +54,13 @@ def harness_commit() -> str:
     )
     commit = out.stdout.strip() or "unknown"
     return commit + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def oracle_pins_hash(oracle: str) -> str:
+    """The pins hash of the oracle's venv, or of the external interpreter's installed versions."""
+    if os.environ.get("MLX_PARITY_ORACLE_PYTHON"):
+        return ensure_oracle_env(oracle).pins_hash
+    return pins_hash(pins_path(oracle).read_text())
 
 
 def check_deterministic(label: str, first: ScenarioRecord, second: ScenarioRecord) -> None:
@@ -99,7 +107,7 @@ class ParitySession:
             "tier": profile.tier,
             "oracle": {
                 "name": profile.oracle,
-                "pins_hash": pins_hash(pins_path(profile.oracle).read_text()),
+                "pins_hash": oracle_pins_hash(profile.oracle),
                 "generator_sha256": sha256_file(oracles_dir() / profile.oracle / "generate.py"),
             },
             "device": device_facts().as_dict(),
@@ -231,7 +239,7 @@ def model_provenance(name: str) -> dict[str, Any]:
     return {
         "tier": profile.tier,
         "oracle": profile.oracle,
-        "oracle_pins_hash": pins_hash(pins_path(profile.oracle).read_text()),
+        "oracle_pins_hash": oracle_pins_hash(profile.oracle),
         "artifact": artifact.provenance(),
         "ran_twin": "twin" in artifact.identity,
         "goldens": goldens,

@@ -7,6 +7,7 @@ while the pins are unchanged, and a new one is built when they change.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -41,10 +42,21 @@ class OracleEnv:
     root: Path
     pins_hash: str
     pins: str
+    external_python: Path | None = None  # a prepared interpreter (machines without a package index)
+    external_path: str = ""  # its PYTHONPATH
 
     @property
     def python(self) -> Path:
+        if self.external_python is not None:
+            return self.external_python
         return self.root / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+    def command(self, *args: str) -> tuple[list[str], dict[str, str]]:
+        """How to run the oracle's interpreter: isolated (`-I`), or an external one on its PYTHONPATH."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+        if self.external_python is None:
+            return [str(self.python), "-I", *args], env
+        return [str(self.python), "-s", *args], env | {"PYTHONPATH": self.external_path}
 
     @property
     def generator(self) -> Path:
@@ -52,12 +64,8 @@ class OracleEnv:
 
     def versions(self, *dists: str) -> dict[str, str | None]:
         """Versions actually installed in the venv (asked of its own interpreter)."""
-        out = subprocess.run(
-            [str(self.python), "-I", "-c", _VERSIONS_SNIPPET, *dists],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        cmd, env = self.command("-c", _VERSIONS_SNIPPET, *dists)
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
         if out.returncode != 0:
             raise OracleError(f"oracle venv {self.root}: cannot read versions: {out.stderr.strip()}")
         return json.loads(out.stdout)
@@ -77,8 +85,25 @@ def pins_hash(pins: str) -> str:
 
 
 def ensure_oracle_env(oracle: str) -> OracleEnv:
-    """Return the oracle's venv, building it first if its pins have no venv yet."""
+    """Return the oracle's venv, building it first if its pins have no venv yet.
+
+    `MLX_PARITY_ORACLE_PYTHON` (+ `MLX_PARITY_ORACLE_PYTHONPATH`) names a prepared interpreter
+    instead, for machines with no package index (the lent GPU machine). Its installed versions,
+    not the pins, then identify it; the mlx check applies all the same.
+    """
     pins = pins_path(oracle).read_text()
+    external = os.environ.get("MLX_PARITY_ORACLE_PYTHON")
+    if external:
+        env = OracleEnv(
+            name=oracle,
+            root=Path(external).parent,
+            pins_hash="",
+            pins=pins,
+            external_python=Path(external),
+            external_path=os.environ.get("MLX_PARITY_ORACLE_PYTHONPATH", ""),
+        )
+        versions = json.dumps(env.versions("mlx", "mlx-lm", "transformers"), sort_keys=True)
+        return dataclasses.replace(env, pins_hash="external-" + hashlib.sha256(versions.encode()).hexdigest()[:12])
     digest = pins_hash(pins)
     root = cache_root() / "venvs" / f"{oracle}-{digest}"
     env = OracleEnv(name=oracle, root=root, pins_hash=digest, pins=pins)
