@@ -130,7 +130,10 @@ def _seed_twin(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
         if (repo_dir / ".complete").exists():
             return cache, identity
         shutil.rmtree(repo_dir, ignore_errors=True)
-        with progress.task(f"building twin {spec.twin} as {spec.repo}@{spec.revision}"):
+        import mlx.core as mx
+
+        # On the CPU whatever the default device: a twin's bytes must not depend on the machine.
+        with progress.task(f"building twin {spec.twin} as {spec.repo}@{spec.revision}"), mx.stream(mx.cpu):
             twins.build_twin(spec.twin, repo_dir / "snapshots" / spec.revision)  # atomic itself
         (repo_dir / "refs").mkdir()
         (repo_dir / "refs" / "main").write_text(spec.revision)
@@ -189,7 +192,10 @@ def _resolve_pypi_gguf(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
             tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=target.parent))
             try:
                 try:
-                    gguf_llama.convert_gguf_llama(gguf, tmp)
+                    import mlx.core as mx
+
+                    with mx.stream(mx.cpu):  # converted bytes must not depend on the machine
+                        gguf_llama.convert_gguf_llama(gguf, tmp)
                 except (ValueError, RuntimeError) as e:  # RuntimeError: mlx cannot parse the file
                     raise ArtifactError(
                         f"artifact {spec.package}=={spec.version}:{spec.file}: cannot convert: {e}"
