@@ -98,7 +98,9 @@ class InTreeRunner:
 
     def encode(self, spec: dict[str, Any]) -> tuple[str | None, list[int]]:
         if spec["kind"] == "chat":
-            rendered = self.tokenizer.render_chat(
+            # As mlx-lm's tokenizer wrapper renders (the oracle is mlx-lm, not transformers): with
+            # no explicit enable_thinking it passes whether the vocabulary has thinking markers.
+            rendered = self.tokenizer.render_chat_like_mlx_lm(
                 spec["messages"], add_generation_prompt=True, **spec.get("template_kwargs", {})
             )
             return rendered, self.tokenizer.encode(rendered, add_special_tokens=False)
