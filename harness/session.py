@@ -85,6 +85,9 @@ class ParitySession:
     _goldens: dict[str, dict[str, Golden]] = field(default_factory=dict)
     _runners: dict[str, InTreeRunner] = field(default_factory=dict)
     _records: dict[tuple[str, str, str], ScenarioRecord] = field(default_factory=dict)
+    # A profile whose goldens could not be had fails every later check with the same error,
+    # rather than running the oracle again for each one.
+    _golden_errors: dict[str, HarnessError] = field(default_factory=dict)
 
     @property
     def store(self) -> GoldenStore:
@@ -121,6 +124,15 @@ class ParitySession:
         """Load the profile's goldens, generating absent ones; stale ones only when asked."""
         if profile.name in self._goldens and not regenerate:
             return self._goldens[profile.name]
+        if profile.name in self._golden_errors and not regenerate:
+            raise self._golden_errors[profile.name]
+        try:
+            return self._load_goldens(profile, regenerate)
+        except HarnessError as e:
+            self._golden_errors[profile.name] = e
+            raise
+
+    def _load_goldens(self, profile: Profile, regenerate: bool) -> dict[str, Golden]:
         store = self.store
         lock = store.lock_path(profile.name)
         lock.parent.mkdir(parents=True, exist_ok=True)
