@@ -7,7 +7,7 @@ MODEL ?= smollm2-135m
 # pytest-xdist workers for `make test` (2 cores here).
 WORKERS ?= auto
 
-.PHONY: parity goldens test nightly lint bench list venv clean-cache
+.PHONY: parity goldens test nightly signoff lint bench list venv clean-cache
 
 venv: $(VENV)/.installed
 
@@ -32,6 +32,12 @@ test: venv
 NIGHTLY_MODELS ?= smollm2-135m minicpm5-2b-mini minicpm5-2b
 nightly: venv
 	$(PY) -m harness parity $(foreach m,$(NIGHTLY_MODELS),--model $(m)) $(ARGS)
+
+## make signoff [SIGNOFF_MODELS="a b"]: every profile (default) gated and judged with waivers.yaml into
+## reports/signoff-<version>-<device>/ (index.html, summary.md, report.json, junit.xml); exit 1 when BLOCKED
+SIGNOFF_MODELS ?=
+signoff: venv
+	$(PY) -m harness signoff $(foreach m,$(SIGNOFF_MODELS),--model $(m)) $(ARGS)
 
 lint: venv
 	$(PY) -m ruff check harness models tests oracles conftest.py

@@ -1,4 +1,4 @@
-"""Command line: `python -m harness parity|goldens|list` (the Makefile's targets call these)."""
+"""Command line: `python -m harness parity|goldens|signoff|list` (the Makefile's targets call these)."""
 
 from __future__ import annotations
 
@@ -68,10 +68,17 @@ def main(argv: list[str] | None = None) -> int:
     g = sub.add_parser("goldens", help="(re)generate a model's goldens with its oracle, explicitly")
     g.add_argument("--model", action="append", required=True)
     sub.add_parser("list", help="list profiles")
+    from harness.signoff.args import add_arguments as add_signoff_arguments
+
+    add_signoff_arguments(sub.add_parser("signoff", help="run every profile and write a sign-off report directory"))
     args, extra = parser.parse_known_args(argv)
     try:
         if args.command == "parity":
             return _parity(args, extra)
+        if args.command == "signoff":
+            from harness.signoff.cli import main as signoff
+
+            return signoff(args, extra)
         if extra:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         if args.command == "goldens":

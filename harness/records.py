@@ -71,15 +71,21 @@ class ScenarioRecord:
             raise RecordError(f"{where}: malformed record ({type(e).__name__}: {e})") from None
 
 
-def read_generator_output(out_dir: Path) -> tuple[dict[str, Any], dict[str, ScenarioRecord]]:
-    """Read what an oracle generator wrote: `result.json` plus one `<id>.logits.npy` a scenario."""
+def read_generator_output(out_dir: Path) -> tuple[dict[str, Any], dict[str, ScenarioRecord], dict[str, str]]:
+    """Read what an oracle generator wrote: `result.json` plus one `<id>.logits.npy` a scenario.
+
+    Returns (result, records by scenario id, the oracle's own error by scenario id).
+    """
     result_path = out_dir / "result.json"
     try:
         result = json.loads(result_path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise RecordError(f"{result_path}: unreadable generator result: {e}") from None
-    records = {}
+    records, errors = {}, {}
     for sid, meta in result.get("scenarios", {}).items():
+        if "error" in meta:
+            errors[sid] = str(meta["error"])
+            continue
         path = out_dir / f"{sid}.logits.npy"
         try:
             logits = np.load(path, allow_pickle=False)
@@ -88,4 +94,4 @@ def read_generator_output(out_dir: Path) -> tuple[dict[str, Any], dict[str, Scen
         record = ScenarioRecord.from_meta(meta | {"scenario_id": sid}, logits, f"oracle output {sid}")
         record.validate(f"oracle output {sid}")
         records[sid] = record
-    return result, records
+    return result, records, errors

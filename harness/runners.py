@@ -39,8 +39,10 @@ class OracleRunner:
             self._env = ensure_oracle_env(self.oracle)
         return self._env
 
-    def run(self, model_dir: Path, specs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, ScenarioRecord]]:
-        """Generate oracle records for `specs`; returns (oracle environment, records by id)."""
+    def run(
+        self, model_dir: Path, specs: list[dict[str, Any]]
+    ) -> tuple[dict[str, Any], dict[str, ScenarioRecord], dict[str, str]]:
+        """Generate oracle records for `specs`: (oracle environment, records by id, oracle errors by id)."""
         facts = device_facts()
         check_same_mlx(self.env, facts.mlx)
         (cache_root() / "tmp").mkdir(parents=True, exist_ok=True)
@@ -58,12 +60,12 @@ class OracleRunner:
             if result.returncode != 0:
                 tail = "\n".join(result.stderr.strip().splitlines()[-20:])
                 raise OracleError(f"oracle {self.oracle} generator failed (exit {result.returncode}):\n{tail}")
-            environment, records = read_generator_output(out)
+            environment, records, errors = read_generator_output(out)
         self._check_environment(environment.get("environment", {}))
-        missing = {s["id"] for s in specs} - set(records)
+        missing = {s["id"] for s in specs} - set(records) - set(errors)
         if missing:
             raise OracleError(f"oracle {self.oracle} produced no record for scenario(s) {sorted(missing)}")
-        return environment["environment"], records
+        return environment["environment"], records, errors
 
     def _check_environment(self, oracle_env: dict[str, Any]) -> None:
         facts = device_facts()

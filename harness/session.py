@@ -18,7 +18,7 @@ from filelock import FileLock
 from harness import HARNESS_VERSION
 from harness.artifacts import ResolvedArtifact, resolve_artifact, sha256_file
 from harness.compare import CheckResult, compare_eos, compare_prompt, compare_steps, compare_tokens, diff_vectors
-from harness.errors import HarnessError, NonDeterministicError, OracleVersionError
+from harness.errors import HarnessError, NonDeterministicError, OracleError, OracleVersionError
 from harness.paths import REPO_ROOT, cache_root, goldens_dir, oracles_dir
 from harness.profile import Profile, Scenario, find_profile
 from harness.provenance import device_facts
@@ -88,6 +88,7 @@ class ParitySession:
     # A profile whose goldens could not be had fails every later check with the same error,
     # rather than running the oracle again for each one.
     _golden_errors: dict[str, HarnessError] = field(default_factory=dict)
+    _scenario_errors: dict[tuple[str, str], HarnessError] = field(default_factory=dict)
 
     @property
     def store(self) -> GoldenStore:
@@ -151,7 +152,11 @@ class ParitySession:
                     todo.append(scenario)
             if todo:
                 self._generate(profile, todo, expected_blobs)
-            goldens = {s.id: store.load(profile.name, s.id) for s in profile.scenarios}
+            goldens = {
+                s.id: store.load(profile.name, s.id)
+                for s in profile.scenarios
+                if (profile.name, s.id) not in self._scenario_errors
+            }
         for golden in goldens.values():
             oracle_mlx = golden.manifest.get("oracle_environment", {}).get("mlx")
             if oracle_mlx != device_facts().mlx:
@@ -165,8 +170,14 @@ class ParitySession:
     def _generate(self, profile: Profile, scenarios: list[Scenario], expected_blobs: dict[str, Any]) -> None:
         artifact = self.artifact(profile)
         specs = [profile.scenario_spec(s) for s in scenarios]
-        environment, records = self.oracle_runner(profile.oracle).run(artifact.model_dir, specs)
+        environment, records, errors = self.oracle_runner(profile.oracle).run(artifact.model_dir, specs)
         for scenario in scenarios:
+            if scenario.id in errors:
+                self._scenario_errors[(profile.name, scenario.id)] = OracleError(
+                    f"oracle {profile.oracle} cannot run {profile.name}/{scenario.id} on this machine "
+                    f"({device_facts().key}): {errors[scenario.id]}; no golden, nothing compared"
+                )
+                continue
             record = records[scenario.id]
             record.validate(f"oracle record {profile.name}/{scenario.id}", profile.steps(scenario) + 1)
             extra = {
@@ -185,6 +196,12 @@ class ParitySession:
                 expect_blobs=expected_blobs.get(scenario.id),
             )
 
+    def golden(self, profile: Profile, scenario: Scenario) -> Golden:
+        goldens = self.goldens(profile)
+        if (profile.name, scenario.id) in self._scenario_errors:
+            raise self._scenario_errors[(profile.name, scenario.id)]
+        return goldens[scenario.id]
+
     # -- in-tree -----------------------------------------------------------------------------
 
     def runner(self, profile: Profile) -> InTreeRunner:
@@ -200,7 +217,7 @@ class ParitySession:
         """The in-tree record of a scenario, checked for determinism before any comparison."""
         key = (profile.name, scenario.id, mode)
         if key not in self._records:
-            golden_tokens = self.goldens(profile)[scenario.id].record.tokens
+            golden_tokens = self.golden(profile, scenario).record.tokens
             spec = profile.scenario_spec(scenario)
             free = self._run(profile, spec, None)
             forced = self._run(profile, spec, golden_tokens)
@@ -223,7 +240,7 @@ class ParitySession:
         if check not in CHECKS:
             raise HarnessError(f"{profile.name}/{scenario.id}: unknown check {check!r}; known: {sorted(CHECKS)}")
         mode, fn = CHECKS[check]
-        golden = self.goldens(profile)[scenario.id]
+        golden = self.golden(profile, scenario)
         return fn(golden.record, self.intree(profile, scenario, mode))
 
 

@@ -41,7 +41,7 @@ class FakeOracle:
                 logits=logits,
                 eos_ids=[0],
             )
-        return {"mlx": device_facts().mlx, "device": "Device(cpu, 0)"}, records
+        return {"mlx": device_facts().mlx, "device": "Device(cpu, 0)"}, records, {}
 
 
 def fake_session(model_dir: Path, weights_hash: str = "w0") -> ParitySession:

@@ -1,0 +1,145 @@
+"""`python -m harness signoff`: run parity for every profile, judge, render, write the directory.
+
+The parity run is the ordinary `python -m harness parity` in a child process writing its
+JSON report to a temporary path: the sign-off adds no second way of running checks, only a
+reader of their results. `--from-report` skips the run and signs off an existing report.
+Exit codes: 0 SIGNED OFF, 1 BLOCKED, 2 a harness error (bad waivers file, no report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from harness.errors import HarnessError
+from harness.paths import REPO_ROOT, reports_dir
+from harness.progress import progress
+from harness.signoff.junit import render_junit
+from harness.signoff.model import SIGNED_OFF, ParityReport, SignoffReport
+from harness.signoff.page import render_page
+from harness.signoff.plots import scenario_plots
+from harness.signoff.summary import render_summary
+from harness.signoff.verdict import evaluate
+from harness.signoff.waivers import Waiver, load_waivers
+from harness.signoff.writer import find_previous, load_previous, signoff_name, write_signoff_dir
+
+
+def main(args: argparse.Namespace, extra: list[str]) -> int:
+    waivers = load_waivers(Path(args.waivers) if args.waivers else REPO_ROOT / "waivers.yaml")  # fail fast
+    if args.from_report:
+        if extra:
+            raise HarnessError(f"--from-report runs nothing: unexpected parity arguments {extra}")
+        report, exit_code = ParityReport.load(Path(args.from_report)), None
+        machine = (report.signoff or {}).get("machine") or machine_facts() | {"source": "rendering host"}
+        requested = args.model or sorted({r.model for r in report.results})
+    else:
+        requested = args.model or _all_profiles()
+        report, exit_code = run_parity(requested, args.workers, extra)
+        machine = machine_facts()
+    directory, doc = sign_off(
+        report,
+        waivers,
+        out=Path(args.out) if args.out else reports_dir(),
+        previous=Path(args.previous) if args.previous else None,
+        exclude_previous=Path(args.from_report) if args.from_report else None,
+        requested_models=requested,
+        parity_exit_code=exit_code,
+        machine=machine,
+    )
+    s = doc.signoff
+    print(f"sign-off: {s.verdict} ({', '.join(f'{k} {n}' for k, n in s.counts.items())})")
+    for b in s.blockers[:20]:
+        print(f"  blocking {b.kind} {b.subject}: {b.reason[:200]}")
+    if len(s.blockers) > 20:
+        print(f"  ... and {len(s.blockers) - 20} more (see summary.md)")
+    print(f"sign-off written: {directory}/index.html")
+    return 0 if s.verdict == SIGNED_OFF else 1
+
+
+def sign_off(
+    report: ParityReport,
+    waivers: list[Waiver],
+    *,
+    out: Path,
+    previous: Path | None = None,
+    exclude_previous: Path | None = None,
+    requested_models: list[str] | None = None,
+    parity_exit_code: int | None = None,
+    machine: dict[str, str] | None = None,
+    today: dt.date | None = None,
+) -> tuple[Path, SignoffReport]:
+    """Judge a parity report and write its sign-off directory under `out`; the one entry point."""
+    now = dt.datetime.now(dt.UTC)
+    previous = previous or find_previous(out, report.device_key, exclude=exclude_previous)
+    signoff = evaluate(
+        report,
+        waivers,
+        today=today or now.date(),  # waivers expire by the UTC calendar, the same on every runner
+        generated=now.isoformat(timespec="milliseconds"),
+        requested_models=requested_models,
+        parity_exit_code=parity_exit_code,
+        machine=machine,
+        previous=(str(previous), load_previous(previous)) if previous else None,
+    )
+    doc = SignoffReport(report, signoff)
+    directory = write_signoff_dir(out, signoff_name(signoff.harness_version, signoff.device_key), render(doc))
+    return directory, doc
+
+
+def render(doc: SignoffReport) -> dict[str, bytes]:
+    return {
+        "index.html": render_page(doc, scenario_plots(doc.parity.results)).encode(),
+        "summary.md": render_summary(doc).encode(),
+        "report.json": (json.dumps(doc.to_json(), indent=2, sort_keys=True) + "\n").encode(),
+        "junit.xml": render_junit(doc),
+    }
+
+
+def run_parity(models: list[str], workers: str | None, extra: list[str]) -> tuple[ParityReport, int]:
+    """`python -m harness parity` in a child process; its report is the sign-off's only input."""
+    with tempfile.TemporaryDirectory(prefix="signoff-") as tmp:
+        report_path = Path(tmp) / "parity.json"
+        command = [sys.executable, "-m", "harness", "parity", "--report", str(report_path)]
+        for model in models:
+            command += ["--model", model]
+        if workers:
+            command += ["-n", workers]
+        if extra:
+            command += ["--", *(extra[1:] if extra[0] == "--" else extra)]
+        progress.say(f"sign-off: running parity for {', '.join(models) or 'every profile'}")
+        code = subprocess.run(command, cwd=REPO_ROOT, check=False).returncode
+        if not report_path.exists():
+            raise HarnessError(f"the parity run (exit code {code}) wrote no report: nothing to sign off")
+        return ParityReport.load(report_path), code
+
+
+def _all_profiles() -> list[str]:
+    from harness.profile import available_profiles
+
+    return sorted(available_profiles())
+
+
+def machine_facts() -> dict[str, str]:
+    """Who ran it, beyond the device facts the parity report already has."""
+    facts = {
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_count": str(os.cpu_count()),
+    }
+    try:
+        facts["memory_gb"] = f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / (1 << 30):.1f}"
+    except (ValueError, OSError, AttributeError):
+        pass
+    if sys.platform == "darwin":
+        chip = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True)
+        facts["chip"] = chip.stdout.strip()
+        facts["macos"] = platform.mac_ver()[0]
+    return facts

@@ -1,0 +1,75 @@
+"""summary.md: the sign-off as Markdown, for a PR comment, a GitHub job summary or a terminal."""
+
+from __future__ import annotations
+
+from harness.signoff.model import SignoffReport
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_summary(doc: SignoffReport) -> str:
+    s, p = doc.signoff, doc.parity
+    counts = ", ".join(f"{k} {n}" for k, n in s.counts.items())
+    lines = [
+        f"# Parity sign-off: {s.verdict}",
+        "",
+        f"- harness {s.harness_version}, commit `{p.harness_commit}`",
+        f"- device `{s.device_key}`",
+        f"- run {p.started} → {p.finished}; rendered {s.generated}",
+        f"- models: {', '.join(s.requested_models) or 'none'}; {len(s.checks)} checks: {counts}",
+        "",
+    ]
+    if s.blockers:
+        lines += [f"## Blocking ({len(s.blockers)})", ""]
+        lines += [f"- **{b.kind} `{b.subject}`**: {_cell(b.reason)}" for b in s.blockers]
+        lines.append("")
+    checks = s.check_names()
+    timing = {(t.model, t.scenario): t for t in s.timings()}
+    lines += [
+        "## Verdict matrix",
+        "",
+        "| model | tier | scenario | " + " | ".join(checks) + " | seconds | peak MB |",
+        "|---|---|---|" + "---|" * len(checks) + "---:|---:|",
+    ]
+    for model in s.models:
+        for scenario in s.scenarios(model):
+            cells = [s.cell(model, scenario, c) for c in checks]
+            tier = next((c.tier for c in cells if c), "")
+            t = timing[(model, scenario)]
+            status = " | ".join(c.status if c else "—" for c in cells)
+            lines.append(f"| {model} | {tier} | {scenario} | {status} | {t.seconds:.1f} | {t.peak_rss_mb:.0f} |")
+    lines.append("")
+    bad = [c for c in s.checks if c.status != "PASS"]
+    if bad:
+        lines += ["## Non-passing checks", ""]
+        lines += [f"- `{c.id}` **{c.status}**: {_cell(c.summary)}" for c in bad]
+        lines.append("")
+    lines += ["## Waivers", ""]
+    if s.waivers:
+        lines += ["| check | reason | owner | expires | state | use |", "|---|---|---|---|---|---|"]
+        lines += [
+            f"| `{w.check}` | {_cell(w.reason)} | {_cell(w.owner)} | {w.expires} | {w.state} | {w.note} |"
+            for w in s.waivers
+        ]
+    else:
+        lines.append("none")
+    lines += ["", "## Since the previous sign-off", ""]
+    d = s.diff
+    if d is None:
+        lines.append("no previous sign-off for this device")
+    else:
+        lines.append(f"previous: `{d.previous}` ({d.previous_verdict}, {d.previous_generated})")
+        lines.append("")
+        for label, ids in (
+            ("newly passing", d.newly_passing),
+            ("newly failing", d.newly_failing),
+            ("new checks", d.added),
+            ("checks no longer run", d.removed),
+        ):
+            lines.append(f"- {label} ({len(ids)}): " + (", ".join(f"`{i}`" for i in ids) or "none"))
+        lines.append(f"- changed provenance ({len(d.provenance_changes)}):")
+        lines += [f"  - `{c.key}`: {_cell(c.old)} → {_cell(c.new)}" for c in d.provenance_changes]
+    lines.append("")
+    return "\n".join(lines)

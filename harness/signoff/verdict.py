@@ -1,0 +1,114 @@
+"""The judgement: every check's status, the waivers' use, and SIGNED OFF or BLOCKED with why.
+
+The rules, in one place:
+- a passed check is PASS; a failed or erroring one is FAIL / ERROR, or WAIVED when an
+  unexpired waiver matches it;
+- an expired waiver blocks, whatever it matches (and waives nothing);
+- a requested model without a single result blocks (its profile did not even collect);
+- a parity run that exited abnormally (pytest's 2..5), or with 1 while every check passed,
+  blocks: something outside the checks went wrong;
+- no results at all block. Anything else is SIGNED OFF.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from harness.signoff.diff import diff_reports
+from harness.signoff.model import (
+    BLOCKED,
+    SIGNED_OFF,
+    Blocker,
+    CheckStatus,
+    ParityReport,
+    Signoff,
+    WaiverUse,
+    check_id,
+)
+from harness.signoff.waivers import Waiver
+
+
+def evaluate(
+    report: ParityReport,
+    waivers: list[Waiver],
+    *,
+    today: dt.date,
+    generated: str,
+    requested_models: list[str] | None = None,
+    parity_exit_code: int | None = None,
+    machine: dict[str, str] | None = None,
+    previous: tuple[str, ParityReport] | None = None,
+) -> Signoff:
+    active = [w for w in waivers if not w.expired(today)]
+    checks: list[CheckStatus] = []
+    for r in report.results:
+        cid = check_id(r.model, r.scenario, r.check)
+        status, waiver = {"passed": "PASS", "failed": "FAIL"}.get(r.outcome, "ERROR"), None
+        if status != "PASS":
+            waiver = next((w.check for w in active if w.matches(cid)), None)
+            status = "WAIVED" if waiver else status
+        checks.append(
+            CheckStatus(
+                id=cid,
+                model=r.model,
+                scenario=r.scenario,
+                check=r.check,
+                tier=r.tier,
+                outcome=r.outcome,
+                status=status,
+                summary=r.summary,
+                seconds=r.seconds,
+                peak_rss_mb=r.peak_rss_mb,
+                first_bad_step=r.first_bad_step,
+                waiver=waiver,
+            )
+        )
+    uses = [
+        WaiverUse(
+            check=w.check,
+            reason=w.reason,
+            owner=w.owner,
+            expires=w.expires.isoformat(),
+            state="expired" if w.expired(today) else "active",
+            matched=[c.id for c in checks if w.matches(c.id)],
+            waived=[c.id for c in checks if c.waiver == w.check],
+        )
+        for w in waivers
+    ]
+    blockers = _blockers(checks, uses, requested_models or [], parity_exit_code)
+    return Signoff(
+        verdict=BLOCKED if blockers else SIGNED_OFF,
+        generated=generated,
+        harness_version=report.harness_version,
+        device_key=report.device_key,
+        requested_models=sorted(requested_models or {c.model for c in checks}),
+        parity_exit_code=parity_exit_code,
+        machine=machine or {},
+        checks=checks,
+        blockers=blockers,
+        waivers=uses,
+        diff=diff_reports(report, previous[1], previous[0]) if previous else None,
+    )
+
+
+def _blockers(
+    checks: list[CheckStatus], waivers: list[WaiverUse], requested_models: list[str], exit_code: int | None
+) -> list[Blocker]:
+    blockers = [Blocker("check", c.id, f"{c.status}: {c.summary}") for c in checks if c.status in ("FAIL", "ERROR")]
+    for w in waivers:
+        if w.state == "expired":
+            matched = f"; it matches {len(w.matched)} check(s) of this run" if w.matched else ""
+            blockers.append(
+                Blocker("waiver", w.check, f"waiver expired on {w.expires} (owner {w.owner}): renew or remove{matched}")
+            )
+    ran = {c.model for c in checks}
+    for model in requested_models:
+        if model not in ran:
+            blockers.append(Blocker("model", model, "no check of this model ran (profile or collection error?)"))
+    if not checks:
+        blockers.append(Blocker("run", "parity", "no checks ran"))
+    if exit_code not in (None, 0, 1):
+        blockers.append(Blocker("run", "parity", f"the parity run exited with code {exit_code}"))
+    elif exit_code == 1 and all(c.outcome == "passed" for c in checks):
+        blockers.append(Blocker("run", "parity", "the parity run failed (exit code 1) although every check passed"))
+    return blockers

@@ -1,0 +1,116 @@
+"""Waivers: a failing check that a person has accepted, for a stated reason, until a date.
+
+`waivers.yaml` (repo root) is a list of entries, validated strictly at the edge so a typo
+cannot silently waive nothing (or everything):
+
+    - check: minicpm5-2b/*/decode_logits   # model/scenario/check, fnmatch globs per part
+      reason: "mlx 0.32.4 GEMV tail differs on M3; upstream issue 1234"
+      owner: alice
+      expires: 2027-01-31                   # valid through this day (UTC); after it, it blocks
+
+A waiver only ever turns a failing or erroring check into WAIVED; it never hides that the
+check failed. An expired waiver blocks the sign-off whatever it matches: a waiver nobody
+renewed is a decision nobody is making any more.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fnmatch
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.errors import HarnessError
+
+WAIVER_KEYS = ("check", "reason", "owner", "expires")
+_PART = re.compile(r"[A-Za-z0-9_.*?\[\]!-]+")
+
+
+class WaiverError(HarnessError):
+    """The waivers file is malformed: names the file, the entry and the key."""
+
+
+@dataclass(frozen=True)
+class Waiver:
+    check: str  # "model/scenario/check", each part an fnmatch pattern
+    reason: str
+    owner: str
+    expires: dt.date
+
+    def matches(self, check_id: str) -> bool:
+        """Part by part, so `*` never spans a '/' (a model glob cannot swallow a scenario)."""
+        parts, patterns = check_id.split("/"), self.check.split("/")
+        return len(parts) == len(patterns) and all(
+            fnmatch.fnmatchcase(p, pat) for p, pat in zip(parts, patterns, strict=True)
+        )
+
+    def expired(self, today: dt.date) -> bool:
+        return today > self.expires
+
+    def as_dict(self) -> dict[str, str]:
+        return {"check": self.check, "reason": self.reason, "owner": self.owner, "expires": self.expires.isoformat()}
+
+
+def load_waivers(path: Path) -> list[Waiver]:
+    """Read and validate a waivers file; an absent file means no waivers (not an error)."""
+    if not path.exists():
+        return []
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise WaiverError(f"{path}: not valid YAML: {e}") from e
+    return parse_waivers(data, str(path))
+
+
+def parse_waivers(data: Any, where: str) -> list[Waiver]:
+    if data is None:
+        return []
+    if not isinstance(data, list):
+        raise WaiverError(f"{where}: expected a list of waivers, got {type(data).__name__}")
+    waivers = [_parse_entry(entry, f"{where}: [{i}]") for i, entry in enumerate(data)]
+    seen: dict[str, int] = {}
+    for i, waiver in enumerate(waivers):
+        if waiver.check in seen:
+            raise WaiverError(
+                f"{where}: [{i}].check: {waiver.check!r} is already waived by entry [{seen[waiver.check]}]"
+            )
+        seen[waiver.check] = i
+    return waivers
+
+
+def _parse_entry(entry: Any, where: str) -> Waiver:
+    if not isinstance(entry, dict):
+        raise WaiverError(f"{where}: expected a mapping with keys {', '.join(WAIVER_KEYS)}, got {entry!r}")
+    unknown = sorted(str(k) for k in entry if k not in WAIVER_KEYS)
+    if unknown:
+        raise WaiverError(f"{where}: unknown key(s) {unknown}; allowed: {', '.join(WAIVER_KEYS)}")
+    for key in WAIVER_KEYS:
+        if key not in entry:
+            raise WaiverError(f"{where}.{key}: required")
+    for key in ("check", "reason", "owner"):
+        if not isinstance(entry[key], str) or not entry[key].strip():
+            raise WaiverError(f"{where}.{key}: expected a non-empty string, got {entry[key]!r}")
+    check = entry["check"].strip()
+    parts = check.split("/")
+    if len(parts) != 3 or not all(_PART.fullmatch(p) for p in parts):
+        raise WaiverError(
+            f"{where}.check: expected 'model/scenario/check' (globs allowed in each part), got {entry['check']!r}"
+        )
+    return Waiver(check, entry["reason"].strip(), entry["owner"].strip(), _parse_date(entry["expires"], where))
+
+
+def _parse_date(value: Any, where: str) -> dt.date:
+    # YAML turns an unquoted 2027-01-31 into a date; a quoted one stays a string. Both are fine,
+    # a datetime (or anything else) is not: a waiver expires on a day, not at an instant.
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", value.strip()):
+        try:
+            return dt.date.fromisoformat(value.strip())
+        except ValueError:
+            pass
+    raise WaiverError(f"{where}.expires: expected a date YYYY-MM-DD, got {value!r}")

@@ -1,0 +1,513 @@
+"""`python -m harness signoff`: a real sign-off, its page in headless Chromium, JUnit, diff, waivers.
+
+One real sign-off (minicpm5-2b-mini, scenario think-on, ~40 s) is made once per session by
+the `real` fixture through the real command line; the other tests render variants of its
+report (a failing check, a waiver, a previous sign-off) through the same renderer, which
+reads results only.
+
+Console errors are caught two ways, because neither alone is airtight: the page is loaded
+from a copy with a probe script injected first in <head> that records `error` events
+(script errors and failed resource loads, captured on window) and `console.error` /
+`console.warn` calls into attributes of <html>, read back with `--dump-dom`; and the same
+run logs with `--enable-logging=stderr --v=0`, where every console message of the page
+appears as a `CONSOLE` line (the page itself logs nothing, so any such line is a failure).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness import HARNESS_VERSION
+from harness.paths import REPO_ROOT
+from harness.report import ItemResult, build_report
+from harness.signoff.cli import sign_off
+from harness.signoff.model import BLOCKED, SIGNED_OFF, ParityReport
+from harness.signoff.waivers import Waiver, WaiverError, load_waivers, parse_waivers
+from harness.signoff.writer import SIGNOFF_FILES
+
+pytestmark = pytest.mark.xdist_group("signoff")  # one worker makes the real sign-off once
+
+TODAY = dt.date(2026, 6, 1)
+
+
+@dataclass(frozen=True)
+class RealSignoff:
+    returncode: int
+    stdout: str
+    directory: Path
+    report: ParityReport  # the sign-off's report.json, read back
+
+
+def _cli(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLX_PARITY_")} | {"MLX_PARITY_QUIET": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env=env,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="session")
+def real(tmp_path_factory: pytest.TempPathFactory) -> RealSignoff:
+    """A real `python -m harness signoff` run (repo cache and goldens), written to a temporary folder."""
+    root = tmp_path_factory.mktemp("signoff")
+    (root / "waivers.yaml").write_text("[]\n")
+    out = _cli(
+        "signoff",
+        "--model",
+        "minicpm5-2b-mini",
+        "--out",
+        str(root / "reports"),
+        "--waivers",
+        str(root / "waivers.yaml"),
+        "--",
+        "-k",
+        "think-on",
+    )
+    dirs = sorted((root / "reports").glob("signoff-*"))
+    assert len(dirs) == 1, out.stdout[-4000:] + out.stderr[-4000:]
+    return RealSignoff(out.returncode, out.stdout, dirs[0], ParityReport.load(dirs[0] / "report.json"))
+
+
+def _render(report: ParityReport | dict, out: Path, waivers: list[Waiver] | None = None, **kwargs) -> Path:
+    parity = report if isinstance(report, ParityReport) else ParityReport.from_dict(report, "test report")
+    directory, _ = sign_off(parity, waivers or [], out=out, today=TODAY, **kwargs)
+    return directory
+
+
+def _failing_variant(real: RealSignoff) -> dict:
+    """The real report with decode_logits failing (3 steps differ) and eos_stop erroring."""
+    data = copy.deepcopy(real.report.raw)
+    data.pop("signoff")
+    for r in data["results"]:
+        if r["check"] == "decode_logits":
+            r["outcome"], r["first_bad_step"] = "failed", 5
+            r["summary"] = "first differing step 5 (3/32 steps differ): 2/130560 elements differ; max ULP 17"
+            for step in r["details"]["per_step"]:
+                if step["step"] in (5, 9, 20):
+                    step.update(max_abs_diff=2.5e-05, max_ulp=17, n_differing=2)
+            r["details"]["ulp_histogram"]["16-31"] = 6
+        if r["check"] == "eos_stop":
+            r["outcome"], r["summary"] = "error", "golden unreadable <b>&</b>"
+    data["context"]["harness_commit"] = "0000000"
+    return data
+
+
+# -- the real sign-off ---------------------------------------------------------------------
+
+
+def test_signoff_writes_the_four_files_for_a_real_run(real: RealSignoff) -> None:
+    assert real.returncode == 0, real.stdout[-4000:]
+    assert "sign-off: SIGNED OFF" in real.stdout
+    device_key = real.report.device_key
+    assert real.directory.name == f"signoff-{HARNESS_VERSION}-{device_key}"
+    assert sorted(p.name for p in real.directory.iterdir()) == sorted(SIGNOFF_FILES)
+    signoff = real.report.signoff
+    assert signoff["verdict"] == SIGNED_OFF and signoff["blockers"] == []
+    assert signoff["requested_models"] == ["minicpm5-2b-mini"]
+    assert {c["id"] for c in signoff["checks"]} == {f"minicpm5-2b-mini/think-on/{c}" for c in _L1}
+    summary = (real.directory / "summary.md").read_text()
+    assert summary.startswith("# Parity sign-off: SIGNED OFF")
+    assert "| minicpm5-2b-mini | L1 | think-on | PASS | PASS | PASS | PASS | PASS | PASS |" in summary
+    page = (real.directory / "index.html").read_text()
+    for needle in (device_key, real.report.harness_commit, "oracle pins hash", "golden hashes", "peak RSS"):
+        assert needle in page
+
+
+_L1 = ("prompt_identity", "prefill_logits", "decode_logits", "teacher_forced_logits", "greedy_tokens", "eos_stop")
+
+
+def test_page_is_self_contained(real: RealSignoff) -> None:
+    page = (real.directory / "index.html").read_text()
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", page)
+    assert "<link" not in page and "@import" not in page and "url(" not in page
+    assert not re.search(r"<script[^>]+src", page)
+    assert len(re.findall(r'src="data:image/png;base64,', page)) == 1  # think-on's plot
+
+
+def test_junit_counts_match_the_report(real: RealSignoff, tmp_path: Path) -> None:
+    for directory in (real.directory, _render(_failing_variant(real), tmp_path, [_waiver("*/*/decode_logits")])):
+        report = json.loads((directory / "report.json").read_text())
+        root = ET.parse(directory / "junit.xml").getroot()
+        suites = {s.get("name"): s for s in root.iter("testsuite")}
+        for model in {r["model"] for r in report["results"]}:
+            checks = [c for c in report["signoff"]["checks"] if c["model"] == model]
+            suite = suites[model]
+            assert int(suite.get("tests")) == len(checks) == len(suite.findall("testcase"))
+            for attr, status in (("failures", "FAIL"), ("errors", "ERROR"), ("skipped", "WAIVED")):
+                assert int(suite.get(attr)) == sum(c["status"] == status for c in checks), attr
+                assert int(suite.get(attr)) == report["signoff"]["counts"][status], attr
+        assert int(root.get("tests")) == sum(int(s.get("tests")) for s in suites.values())
+    cases = {c.get("name"): c for c in root.iter("testcase")}
+    assert cases["decode_logits"].find("skipped").get("message").startswith("WAIVED by */*/decode_logits")
+    assert cases["eos_stop"].find("error") is not None
+
+
+def test_diff_against_the_previous_signoff(real: RealSignoff, tmp_path: Path) -> None:
+    out = tmp_path / "reports"
+    first = _render(_failing_variant(real), out)
+    second = _render(real.report, out)  # found the first as its previous (same device)
+    assert second.name == first.name + "-2"
+    diff = json.loads((second / "report.json").read_text())["signoff"]["diff"]
+    assert diff["previous"] == str(first / "report.json") and diff["previous_verdict"] == BLOCKED
+    assert diff["newly_passing"] == ["minicpm5-2b-mini/think-on/decode_logits", "minicpm5-2b-mini/think-on/eos_stop"]
+    assert diff["newly_failing"] == [] and diff["added"] == [] and diff["removed"] == []
+    assert {c["key"]: (c["old"], c["new"]) for c in diff["provenance_changes"]} == {
+        "harness_commit": ("0000000", real.report.harness_commit)
+    }
+    third = _render(_failing_variant(real), out, previous=first)  # explicit: against the BLOCKED one
+    diff = json.loads((third / "report.json").read_text())["signoff"]["diff"]
+    assert diff["newly_failing"] == [] and diff["provenance_changes"] == []
+    fourth = _render(_failing_variant(real), out)  # the newest sign-off of the device is the previous
+    assert json.loads((fourth / "report.json").read_text())["signoff"]["diff"]["previous"] == str(third / "report.json")
+    fifth = _render(real.report, tmp_path / "fresh", previous=second)
+    sixth = _render(_failing_variant(real), tmp_path / "fresh")
+    diff = json.loads((sixth / "report.json").read_text())["signoff"]["diff"]
+    assert diff["previous"] == str(fifth / "report.json")
+    assert set(diff["newly_failing"]) == {
+        "minicpm5-2b-mini/think-on/decode_logits",
+        "minicpm5-2b-mini/think-on/eos_stop",
+    }
+    assert "Newly failing (2)" in (sixth / "index.html").read_text()
+    assert "- newly failing (2): `minicpm5-2b-mini/think-on/decode_logits`" in (sixth / "summary.md").read_text()
+
+
+# -- headless Chromium ---------------------------------------------------------------------
+
+# Injected first in <head> of a copy of the page: records every error event (captured on window,
+# so failed image loads count too) and console.error/warn calls into <html data-errors>; after
+# load, records the matrix and plots as the browser sees them, and exercises the page's filter.
+_PROBE = """<script>
+(function () {
+  var root = document.documentElement, errors = [];
+  function record(text) {
+    errors.push(String(text));
+    root.setAttribute('data-errors', JSON.stringify(errors));
+  }
+  root.setAttribute('data-errors', '[]');
+  window.addEventListener('error', function (e) {
+    var what = e.target && (e.target.src || e.target.href);
+    record(e.message ? 'error: ' + e.message : 'resource failed: ' + String(what).slice(0, 120));
+  }, true);
+  window.addEventListener('unhandledrejection', function (e) { record('unhandled rejection: ' + e.reason); });
+  ['error', 'warn'].forEach(function (level) {
+    var original = console[level];
+    console[level] = function () {
+      record('console.' + level + ': ' + [].join.call(arguments, ' '));
+      original.apply(console, arguments);
+    };
+  });
+  window.addEventListener('load', function () {
+    var images = [].slice.call(document.images);
+    var box = document.getElementById('only-problems');
+    box.checked = true; box.dispatchEvent(new Event('change'));
+    var shown = document.querySelectorAll('#verdict-matrix tbody tr:not([hidden])').length;
+    box.checked = false; box.dispatchEvent(new Event('change'));
+    root.setAttribute('data-probe', JSON.stringify({
+      rows: document.querySelectorAll('#verdict-matrix tbody tr').length,
+      cells: [].map.call(document.querySelectorAll('#verdict-matrix td.cell'), function (td) {
+        return td.textContent;
+      }),
+      images: images.length,
+      broken: images.filter(function (i) { return !(i.complete && i.naturalWidth > 0); }).length,
+      rowsWhenFiltered: shown,
+      verdict: document.getElementById('verdict').textContent
+    }));
+  });
+})();
+</script>"""
+
+_CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+]
+
+
+def _chromium() -> str:
+    """The browser; missing it fails under CI (CI=true), skips on a developer's machine."""
+    for name in (os.environ.get("CHROMIUM", ""), "chromium", "chromium-browser", "google-chrome"):
+        if name and (path := shutil.which(name)):
+            return path
+    message = "headless Chromium not found (Debian: apt-get install chromium; or set CHROMIUM)"
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def _browse(page: Path, *flags: str) -> subprocess.CompletedProcess:
+    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
+        return subprocess.run(
+            [_chromium(), *_CHROMIUM_FLAGS, f"--user-data-dir={profile}", *flags, page.resolve().as_uri()],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+
+
+def _probe(page: Path, tmp_path: Path) -> tuple[list[str], dict, list[str]]:
+    """(recorded errors, probe facts, CONSOLE lines of the Chromium log) for a page."""
+    probe_page = tmp_path / "probe.html"
+    text = page.read_text()
+    assert text.count("<head>") == 1
+    probe_page.write_text(text.replace("<head>", "<head>" + _PROBE, 1))
+    run = _browse(probe_page, "--enable-logging=stderr", "--v=0", "--virtual-time-budget=10000", "--dump-dom")
+    assert run.returncode == 0, run.stderr[-3000:]
+    html_tag = re.search(r"<html[^>]*>", run.stdout)
+    assert html_tag, run.stdout[:2000]
+    attrs = {k: v for k, v in re.findall(r'([\w-]+)="([^"]*)"', html_tag.group(0))}
+    assert "data-probe" in attrs, f"the page's load event never completed: {attrs}"
+    console = [line for line in run.stderr.splitlines() if ":CONSOLE" in line]
+    return json.loads(html.unescape(attrs["data-errors"])), json.loads(html.unescape(attrs["data-probe"])), console
+
+
+def test_page_loads_in_headless_chromium_without_errors_and_shows_the_matrix(real: RealSignoff, tmp_path: Path) -> None:
+    errors, probe, console = _probe(real.directory / "index.html", tmp_path)
+    assert errors == [] and console == []
+    assert probe["rows"] == 1 and probe["cells"] == ["PASS"] * 6
+    assert probe["images"] == 1 and probe["broken"] == 0
+    assert probe["rowsWhenFiltered"] == 0  # every row passes: the filter hides them all
+    assert "SIGNED OFF" in probe["verdict"]
+
+    shot = tmp_path / "screenshot.png"
+    run = _browse(real.directory / "index.html", f"--screenshot={shot}", "--window-size=1400,1000")
+    assert run.returncode == 0 and shot.exists(), run.stderr[-3000:]
+    colors = _pixel_counts(shot)
+    # The first screen shows the verdict banner and the matrix: green banner, green PASS cells.
+    assert colors[(0x1A, 0x7F, 0x37)] > 30_000  # the SIGNED OFF banner (#1a7f37), ~1200 x 50 px
+    assert colors[(0xDA, 0xFB, 0xE1)] > 3_000  # six PASS cells' background (#dafbe1)
+    assert len(colors) > 100  # text, plot and tables: not a blank or single-colour page
+
+
+def test_blocked_page_in_headless_chromium(real: RealSignoff, tmp_path: Path) -> None:
+    directory = _render(_failing_variant(real), tmp_path / "reports", [_waiver("*/think-on/decode_logits")])
+    errors, probe, console = _probe(directory / "index.html", tmp_path)
+    assert errors == [] and console == []
+    assert probe["cells"] == ["PASS", "PASS", "WAIVED", "PASS", "PASS", "ERROR"]
+    assert probe["rowsWhenFiltered"] == 1 and "BLOCKED" in probe["verdict"]
+    assert "golden unreadable &lt;b&gt;&amp;&lt;/b&gt;" in (directory / "index.html").read_text()  # escaped
+    shot = tmp_path / "blocked.png"
+    assert _browse(directory / "index.html", f"--screenshot={shot}", "--window-size=1400,1000").returncode == 0
+    assert _pixel_counts(shot)[(0xCF, 0x22, 0x2E)] > 30_000  # the BLOCKED banner (#cf222e)
+
+
+def _pixel_counts(png: Path) -> dict[tuple[int, int, int], int]:
+    from PIL import Image
+
+    with Image.open(png) as image:
+        assert image.size == (1400, 1000)
+        rgb = image.convert("RGB")
+        return {color: n for n, color in rgb.getcolors(maxcolors=1400 * 1000)}
+
+
+# -- verdict rules and waivers (synthetic reports: fast) -------------------------------------
+
+
+def _waiver(check: str, expires: dt.date = dt.date(2026, 12, 31)) -> Waiver:
+    return Waiver(check=check, reason="accepted for a test", owner="tester", expires=expires)
+
+
+def _report(*items: tuple[str, str, str, str]) -> ParityReport:
+    results = [
+        ItemResult(model=m, scenario=s, check=c, tier="L1", oracle="mlx-lm", outcome=o, summary=f"{c} {o}")
+        for m, s, c, o in items
+    ]
+    context = {"device": {"key": "cpu-test-device"}, "harness_commit": "abc", "provenance": {}}
+    return ParityReport.from_dict(build_report(results, context, dt.datetime.now(dt.UTC)), "synthetic")
+
+
+def _signoff(report: ParityReport, waivers: list[Waiver], tmp_path: Path, **kwargs) -> dict:
+    return json.loads((_render(report, tmp_path, waivers, **kwargs) / "report.json").read_text())["signoff"]
+
+
+def test_waived_failure_signs_off_and_unused_waivers_are_reported(tmp_path: Path) -> None:
+    report = _report(("m", "a", "decode_logits", "failed"), ("m", "a", "eos_stop", "passed"))
+    waivers = [_waiver("m/*/decode_logits", expires=TODAY), _waiver("other/*/*"), _waiver("m/a/eos_stop")]
+    s = _signoff(report, waivers, tmp_path)
+    assert s["verdict"] == SIGNED_OFF  # valid through its expiry day
+    assert [c["status"] for c in s["checks"]] == ["WAIVED", "PASS"]
+    assert s["checks"][0]["waiver"] == "m/*/decode_logits"
+    uses = {w["check"]: w for w in s["waivers"]}
+    assert uses["m/*/decode_logits"]["waived"] == ["m/a/decode_logits"]
+    assert uses["other/*/*"]["matched"] == []
+    assert uses["m/a/eos_stop"]["matched"] == ["m/a/eos_stop"] and uses["m/a/eos_stop"]["waived"] == []
+    summary = next(tmp_path.glob("signoff-*/summary.md")).read_text()
+    assert "matches no check of this run" in summary and "matches only passing checks" in summary
+
+
+def test_expired_waiver_blocks_and_waives_nothing(tmp_path: Path) -> None:
+    report = _report(("m", "a", "decode_logits", "failed"), ("m", "a", "eos_stop", "passed"))
+    yesterday = TODAY - dt.timedelta(days=1)
+    s = _signoff(
+        report, [_waiver("m/a/decode_logits", expires=yesterday), _waiver("x/y/z", expires=yesterday)], tmp_path
+    )
+    assert s["verdict"] == BLOCKED
+    assert s["checks"][0]["status"] == "FAIL"
+    blockers = {(b["kind"], b["subject"]) for b in s["blockers"]}
+    assert blockers == {("check", "m/a/decode_logits"), ("waiver", "m/a/decode_logits"), ("waiver", "x/y/z")}
+    assert "waiver expired on 2026-05-31" in next(b["reason"] for b in s["blockers"] if b["subject"] == "x/y/z")
+    junit = ET.parse(next(tmp_path.glob("signoff-*/junit.xml"))).getroot()
+    waiver_suite = next(suite for suite in junit.iter("testsuite") if suite.get("name") == "signoff.waivers")
+    assert waiver_suite.get("failures") == "2"
+
+
+def test_missing_model_no_checks_and_abnormal_exit_block(tmp_path: Path) -> None:
+    report = _report(("m", "a", "eos_stop", "passed"))
+    s = _signoff(report, [], tmp_path / "1", requested_models=["m", "gone"])
+    assert s["verdict"] == BLOCKED and [(b["kind"], b["subject"]) for b in s["blockers"]] == [("model", "gone")]
+    assert _signoff(report, [], tmp_path / "2", parity_exit_code=0)["verdict"] == SIGNED_OFF
+    assert _signoff(report, [], tmp_path / "3", parity_exit_code=1)["verdict"] == BLOCKED  # yet every check passed
+    assert _signoff(report, [], tmp_path / "4", parity_exit_code=3)["verdict"] == BLOCKED
+    assert _signoff(_report(), [], tmp_path / "5")["blockers"][0]["reason"] == "no checks ran"
+
+
+def test_glob_parts_do_not_span_slashes() -> None:
+    assert _waiver("m/*/decode_logits").matches("m/a/decode_logits")
+    assert not _waiver("*/decode_logits/*").matches("m/a/decode_logits")
+    assert _waiver("minicpm5-*/kv?-*/[dt]*_logits").matches("minicpm5-2b/kv4-from-prefill/decode_logits")
+    assert not _waiver("m/*/decode_logits").matches("m2/a/decode_logits")
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("{check: a/b/c}", "expected a list of waivers, got dict"),
+        ("- a/b/c", "[0]: expected a mapping with keys check, reason, owner, expires"),
+        ("- {check: a/b/c, reason: r, owner: o}", "[0].expires: required"),
+        ("- {check: a/b/c, reason: r, owner: o, expires: 2027-01-01, ticket: 1}", "[0]: unknown key(s) ['ticket']"),
+        ("- {check: a/b, reason: r, owner: o, expires: 2027-01-01}", "[0].check: expected 'model/scenario/check'"),
+        ("- {check: a/b/c, reason: '', owner: o, expires: 2027-01-01}", "[0].reason: expected a non-empty string"),
+        ("- {check: a/b/c, reason: r, owner: 7, expires: 2027-01-01}", "[0].owner: expected a non-empty string"),
+        ("- {check: a/b/c, reason: r, owner: o, expires: soon}", "[0].expires: expected a date YYYY-MM-DD, got 'soon'"),
+        ("- {check: a/b/c, reason: r, owner: o, expires: '2027-02-30'}", "[0].expires: expected a date"),
+        ("- {check: a/b/c, reason: r, owner: o, expires: 2027-01-01 10:00:00}", "[0].expires: expected a date"),
+        (
+            "- {check: a/b/c, reason: r, owner: o, expires: 2027-01-01}\n- {check: a/b/c, reason: s, owner: p, "
+            "expires: 2027-01-01}",
+            "[1].check: 'a/b/c' is already waived by entry [0]",
+        ),
+        ("- {check: [a, b, c", "not valid YAML"),
+    ],
+)
+def test_malformed_waivers_name_file_entry_and_key(tmp_path: Path, text: str, error: str) -> None:
+    path = tmp_path / "waivers.yaml"
+    path.write_text(text + "\n")
+    with pytest.raises(WaiverError) as excinfo:
+        load_waivers(path)
+    assert str(excinfo.value).startswith(f"{path}: ") and error in str(excinfo.value)
+
+
+def test_waivers_file_forms() -> None:
+    assert parse_waivers(None, "w") == [] and parse_waivers([], "w") == []
+    (w,) = parse_waivers([{"check": "a/b/c", "reason": "r", "owner": "o", "expires": "2027-01-31"}], "w")
+    assert w.expires == dt.date(2027, 1, 31)
+    assert load_waivers(Path("/nonexistent/waivers.yaml")) == []
+    # The repository's own file must always load (an empty list, or real waivers).
+    assert isinstance(load_waivers(REPO_ROOT / "waivers.yaml"), list)
+    assert isinstance(yaml.safe_load((REPO_ROOT / "waivers.yaml").read_text()), list)
+
+
+# -- command line ----------------------------------------------------------------------------
+
+
+def test_cli_exit_codes_and_sign_offs_are_never_clobbered(real: RealSignoff, tmp_path: Path) -> None:
+    failing = tmp_path / "failing.json"
+    failing.write_text(json.dumps(_failing_variant(real)))
+    out = tmp_path / "reports"
+    (tmp_path / "none.yaml").write_text("[]\n")
+    args = ("signoff", "--from-report", str(failing), "--out", str(out), "--waivers", str(tmp_path / "none.yaml"))
+    first = _cli(*args, timeout=120)
+    assert first.returncode == 1 and "sign-off: BLOCKED" in first.stdout, first.stderr[-3000:]
+    assert "blocking check minicpm5-2b-mini/think-on/decode_logits" in first.stdout
+    (directory,) = out.glob("signoff-*")
+    before = {p.name: p.read_bytes() for p in directory.iterdir()}
+    waived = tmp_path / "waived.yaml"
+    waived.write_text(
+        yaml.safe_dump(
+            [
+                {"check": f"minicpm5-2b-mini/think-on/{c}", "reason": "r", "owner": "o", "expires": "2099-01-01"}
+                for c in ("decode_logits", "eos_stop")
+            ]
+        )
+    )
+    second = _cli(*args[:-1], str(waived), timeout=120)
+    assert second.returncode == 0 and "sign-off: SIGNED OFF" in second.stdout, second.stdout + second.stderr
+    assert sorted(p.name for p in out.iterdir()) == [directory.name, directory.name + "-2"]
+    assert {p.name: p.read_bytes() for p in directory.iterdir()} == before
+    assert not list(out.glob(".*"))  # no staging directory left behind
+
+    waived.write_text("- {check: nope}\n")
+    bad = _cli(*args[:-1], str(waived), timeout=120)
+    assert bad.returncode == 2 and f"error: {waived}: [0].reason: required" in bad.stderr
+    missing = _cli("signoff", "--from-report", str(tmp_path / "absent.json"), "--out", str(out), timeout=120)
+    assert missing.returncode == 2 and "cannot read a JSON report" in missing.stderr
+
+
+# -- GitHub Actions workflows ----------------------------------------------------------------
+
+WORKFLOWS = REPO_ROOT / ".github" / "workflows"
+
+
+def test_workflows_validate_against_the_github_workflow_schema() -> None:
+    files = sorted(WORKFLOWS.glob("*.yml"))
+    assert {f.name for f in files} >= {"pull-request.yml", "nightly-signoff.yml"}
+    check = Path(sys.executable).parent / "check-jsonschema"
+    out = subprocess.run(
+        [str(check), "--builtin-schema", "vendor.github-workflows", *map(str, files)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_workflows_do_what_the_issue_asks() -> None:
+    pr = yaml.safe_load((WORKFLOWS / "pull-request.yml").read_text())
+    nightly = yaml.safe_load((WORKFLOWS / "nightly-signoff.yml").read_text())
+    # PyYAML reads the key `on` as True (YAML 1.1 boolean).
+    assert "pull_request" in pr[True]
+    (pr_job,) = pr["jobs"].values()
+    assert pr_job["runs-on"].startswith("ubuntu") and "bash .ci/run" in [s.get("run") for s in pr_job["steps"]]
+    assert "make test" in (REPO_ROOT / ".ci" / "run").read_text()
+    assert "schedule" in nightly[True]
+    (job,) = nightly["jobs"].values()
+    assert job["runs-on"] == "macos-14"
+    steps = job["steps"]
+    cached = " ".join(s["with"]["path"] for s in steps if "actions/cache" in s.get("uses", "") and "path" in s["with"])
+    for path in (".venv", ".cache/venvs", ".cache/hf-home", ".cache/blobs", ".cache/artifacts", ".cache/hf-twins"):
+        assert path in cached
+    assert job["env"]["HF_HOME"].endswith(".cache/hf-home")
+    assert any("make signoff" in s.get("run", "") for s in steps)
+    upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact"))
+    assert upload["if"].startswith("always()") and "steps.signoff.outputs.dir" in upload["with"]["path"]
+
+
+def test_rerendering_a_signoff_does_not_diff_against_itself(real: RealSignoff, tmp_path: Path) -> None:
+    out = tmp_path / "reports"
+    first = _render(real.report, out)
+    again = _render(ParityReport.load(first / "report.json"), out, exclude_previous=first / "report.json")
+    assert json.loads((again / "report.json").read_text())["signoff"]["diff"] is None
