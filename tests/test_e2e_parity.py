@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.paths import REPO_ROOT
+from harness.profile import L1_CHECKS
 
 pytestmark = pytest.mark.slow
 
@@ -35,14 +36,7 @@ REQUIRED_SCENARIOS = {
         "rotating-kv",
     },
 }
-ALL_L1_CHECKS = {
-    "prompt_identity",
-    "prefill_logits",
-    "decode_logits",
-    "teacher_forced_logits",
-    "greedy_tokens",
-    "eos_stop",
-}
+ALL_L1_CHECKS = set(L1_CHECKS)
 
 
 @pytest.mark.parametrize("model", [pytest.param(m, marks=pytest.mark.xdist_group(m)) for m in REQUIRED_SCENARIOS])
