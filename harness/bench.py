@@ -4,7 +4,7 @@ Figures, all measured on this machine in one run (docs/benchmarks.md keeps the l
 
 1. prefill and decode tok/s of the in-tree universal Llama (`greedy_steps`, in this process) and
    of mlx-lm (`generate_step`, through oracles/<oracle>/bench.py in the oracle venv), on the
-   same prompt ids: one warm-up, then the median of `--repeats` timed runs;
+   same prompt ids: one warm-up, then the median of `--repeats` timed runs, interleaved by round;
 2. the wall time of a warm `python -m harness parity` (goldens present: no generation), set
    against the in-tree runs it contains (timed here, the same scenarios and modes) and the model
    load, so that what remains is the harness's own overhead; plus one cold oracle generation;
@@ -67,43 +67,70 @@ def summarize(prompt_len: int, steps: int, prefill_s: list[float], decode_s: lis
     }
 
 
-def intree_speed(model: Any, prompt_ids: list[int], steps: int, repeats: int) -> dict[str, Any]:
+def intree_runs(model: Any, prompt_ids: list[int], steps: int, repeats: int) -> list[tuple[float, float]]:
+    """Timed in-tree runs after one warm-up (the first run pays for allocations the next ones reuse)."""
     time_intree(model, prompt_ids, steps)  # warm-up
-    runs = [time_intree(model, prompt_ids, steps) for _ in range(repeats)]
-    return summarize(len(prompt_ids), steps, [r[0] for r in runs], [r[1] for r in runs])
+    return [time_intree(model, prompt_ids, steps) for _ in range(repeats)]
 
 
-def oracle_speed(profile: Profile, model_dir: Path, prompt_ids: list[int], steps: int, repeats: int) -> dict[str, Any]:
+def write_job(directory: Path, prompt_ids: list[int], steps: int, repeats: int) -> Path:
+    """The child processes' orders: the very prompt ids timed here, so every side runs the same tokens."""
+    path = directory / "ids.json"
+    path.write_text(json.dumps({"prompt_ids": prompt_ids, "steps": steps, "repeats": repeats}))
+    return path
+
+
+def oracle_runs(profile: Profile, model_dir: Path, job: Path) -> dict[str, Any]:
     """The oracle's own decode loop, timed in its venv (`python -I`: the repository is not importable there)."""
     from harness.venvs import ensure_oracle_env
 
     env = ensure_oracle_env(profile.oracle)
-    with tempfile.TemporaryDirectory(prefix="bench-", dir=_tmp()) as tmp:
-        ids = Path(tmp) / "ids.json"
-        ids.write_text(json.dumps({"prompt_ids": prompt_ids, "steps": steps, "repeats": repeats}))
-        script = oracles_dir() / profile.oracle / "bench.py"
-        cmd = [str(env.python), "-I", str(script), "--model-dir", str(model_dir), "--ids", str(ids)]
-        child_env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")} | {"HF_HUB_OFFLINE": "1"}
-        out = _run(cmd, env=child_env, cwd=tmp)
-    raw = json.loads(out.stdout.strip().splitlines()[-1])
-    return summarize(len(prompt_ids), steps, raw["prefill_s"], raw["decode_s"]) | {
-        k: raw[k] for k in ("mlx", "mlx-lm", "device", "blas_libraries")
-    }
+    script = oracles_dir() / profile.oracle / "bench.py"
+    cmd = [str(env.python), "-I", str(script), "--model-dir", str(model_dir), "--ids", str(job)]
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")} | {"HF_HUB_OFFLINE": "1"}
+    return json.loads(_run(cmd, env=child_env, cwd=job.parent).stdout.strip().splitlines()[-1])
 
 
-def openblas_speed(model: str, steps: int, repeats: int) -> dict[str, Any] | None:
-    """The in-tree speed in a child with OpenBLAS preloaded; None when OpenBLAS is not installed."""
-    if not OPENBLAS.exists():
-        return None
-    cmd = [sys.executable, "-m", "harness.bench", "--model", model, "--steps", str(steps), "--repeats", str(repeats)]
-    out = _run([*cmd, "--speed-only"], env=os.environ | {"LD_PRELOAD": str(OPENBLAS)}, cwd=REPO_ROOT)
+def openblas_runs(model: str, job: Path) -> dict[str, Any]:
+    """The in-tree runs in a child process with OpenBLAS preloaded (this module, `--speed-only`)."""
+    cmd = [sys.executable, "-m", "harness.bench", "--model", model, "--speed-only", str(job)]
+    out = _run(cmd, env=os.environ | {"LD_PRELOAD": str(OPENBLAS)}, cwd=REPO_ROOT)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def speed(
+    profile: Profile, model_dir: Path, model: Any, prompt_ids: list[int], steps: int, repeats: int
+) -> dict[str, Any]:
+    """In-tree, mlx-lm and in-tree + OpenBLAS, one timed run of each per round.
+
+    The CPU here is shared, and its load changes by the minute: interleaving the sides gives each
+    the same conditions, where timing one side after the other would compare different minutes.
+    Each child process loads the model and warms up once per round.
+    """
+    runs: dict[str, list[tuple[float, float]]] = {"intree": [], "mlx_lm": [], "intree_openblas": []}
+    facts: dict[str, dict[str, Any]] = {"intree": {"blas": device_facts().blas}}
+    time_intree(model, prompt_ids, steps)  # warm-up
+    with tempfile.TemporaryDirectory(prefix="bench-", dir=_tmp()) as tmp:
+        job = write_job(Path(tmp), prompt_ids, steps, repeats=1)
+        for _ in range(repeats):
+            runs["intree"].append(time_intree(model, prompt_ids, steps))
+            raw = oracle_runs(profile, model_dir, job)
+            runs["mlx_lm"] += zip(raw["prefill_s"], raw["decode_s"], strict=True)
+            facts["mlx_lm"] = {k: raw[k] for k in ("mlx", "mlx-lm", "device", "blas_libraries")}
+            if OPENBLAS.exists():  # `apt-get install libopenblas0-pthread`; otherwise not measured
+                raw = openblas_runs(profile.name, job)
+                runs["intree_openblas"] += zip(raw["prefill_s"], raw["decode_s"], strict=True)
+                facts["intree_openblas"] = {"blas": raw["blas"], "ld_preload": str(OPENBLAS)}
+    return {
+        side: (summarize(len(prompt_ids), steps, [r[0] for r in rs], [r[1] for r in rs]) | facts[side]) if rs else None
+        for side, rs in runs.items()
+    }
 
 
 # -- 2. harness overhead ------------------------------------------------------------------------
 
 
-def intree_parity_work(session: Any, profile: Profile) -> tuple[Any, dict[str, float]]:
+def intree_parity_work(session: Any, profile: Profile) -> tuple[Any, dict[str, Any]]:
     """What a warm parity does besides checking: load goldens, load the model, run every scenario twice."""
     started = time.perf_counter()
     goldens = session.goldens(profile)
@@ -129,8 +156,11 @@ def parity_wall(model: str) -> dict[str, Any]:
         started = time.perf_counter()
         _run(cmd, env=dict(os.environ), cwd=REPO_ROOT)
         wall = time.perf_counter() - started
-        verdict = json.loads(report.read_text())["verdict"]
-    return {"parity_wall_s": wall, "parity_verdict": verdict}
+        report_data = json.loads(report.read_text())
+    # The report's per-check seconds were measured inside that very run (the first check of a scenario
+    # and mode includes its in-tree run): a cross-check that other load on the CPU cannot skew.
+    checks_s = sum(r["seconds"] for r in report_data["results"])
+    return {"parity_wall_s": wall, "parity_verdict": report_data["verdict"], "parity_checks_s": checks_s}
 
 
 def oracle_generation(profile: Profile, model_dir: Path) -> float:
@@ -185,7 +215,7 @@ def table(result: dict[str, Any]) -> str:
     blas = s.get("intree_openblas")
     lines = [
         f"Prompt: {result['prompt']['scenario']} ({result['prompt']['tokens']} tokens), "
-        f"{result['steps']} greedy decode steps, median of {result['repeats']}.",
+        f"{result['steps']} greedy decode steps, median of {result['repeats']} interleaved rounds.",
         "",
         "| tok/s | in-tree | mlx-lm | in-tree + OpenBLAS |",
         "|---|---:|---:|---:|",
@@ -203,6 +233,15 @@ def table(result: dict[str, Any]) -> str:
         ("overhead_s", "harness overhead = wall - forward - model load"),
     ):
         lines.append(f"| {label} | {h[key]:.2f} | {100 * h[key] / wall:.1f} |")
+    lines.append(
+        f"| same run, from its report: time inside checks | {h['parity_checks_s']:.2f} | "
+        f"{100 * h['parity_checks_s'] / wall:.1f} |"
+    )
+    outside = wall - h["parity_checks_s"]
+    lines.append(
+        f"| same run: outside checks (startup, imports, collection, report) | {outside:.2f} | "
+        f"{100 * outside / wall:.1f} |"
+    )
     lines.append(f"| cold: oracle generation, all scenarios (not in a warm run) | {h['oracle_generation_s']:.2f} | |")
     d = m["device"]
     lines += [
@@ -217,9 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m", help="profile name")
     parser.add_argument("--steps", type=int, default=32, help="greedy decode steps per timed run")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per figure (the median is reported)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed rounds (the median is reported)")
     parser.add_argument("--out", type=Path, help="JSON output (default: a new file under reports/)")
-    parser.add_argument("--speed-only", action="store_true", help=argparse.SUPPRESS)  # the OpenBLAS child
+    parser.add_argument("--speed-only", type=Path, metavar="IDS_JSON", help=argparse.SUPPRESS)  # the OpenBLAS child
     args = parser.parse_args(argv)
 
     from harness.session import ParitySession
@@ -228,24 +267,20 @@ def main(argv: list[str] | None = None) -> int:
     profile = session.profile(args.model)
     model_dir = session.artifact(profile).model_dir
     if args.speed_only:
-        runner = session.runner(profile)
-        _, ids = bench_prompt(profile, runner)
-        speed = intree_speed(runner.model, ids, args.steps, args.repeats)
-        print(json.dumps(speed | {"blas": device_facts().blas}))
+        job = json.loads(args.speed_only.read_text())
+        runs = intree_runs(session.runner(profile).model, job["prompt_ids"], job["steps"], job["repeats"])
+        timings = {"prefill_s": [r[0] for r in runs], "decode_s": [r[1] for r in runs]}
+        print(json.dumps(timings | {"blas": device_facts().blas}))
         return 0
 
     load_before = _loadavg()
     with progress.task("bench: in-tree work of a parity (goldens, model load, scenarios x 2 modes)"):
         runner, harness = intree_parity_work(session, profile)
-    scenario, ids = bench_prompt(profile, runner)
-    with progress.task(f"bench: in-tree speed ({len(ids)}-token prompt)"):
-        intree = intree_speed(runner.model, ids, args.steps, args.repeats)
-    with progress.task("bench: mlx-lm speed (oracle venv)"):
-        mlx_lm = oracle_speed(profile, model_dir, ids, args.steps, args.repeats)
-    with progress.task("bench: in-tree speed with OpenBLAS preloaded"):
-        openblas = openblas_speed(args.model, args.steps, args.repeats)
     with progress.task("bench: warm parity subprocess"):
         harness |= parity_wall(args.model)
+    scenario, ids = bench_prompt(profile, runner)
+    with progress.task(f"bench: speed, {args.repeats} rounds of in-tree / mlx-lm / in-tree + OpenBLAS"):
+        speeds = speed(profile, model_dir, runner.model, ids, args.steps, args.repeats)
     with progress.task("bench: cold oracle generation"):
         harness["oracle_generation_s"] = oracle_generation(profile, model_dir)
     harness["overhead_s"] = harness["parity_wall_s"] - harness["intree_forward_s"] - harness["model_load_s"]
@@ -255,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         "steps": args.steps,
         "repeats": args.repeats,
         "prompt": {"scenario": scenario, "tokens": len(ids)},
-        "speed": {"intree": intree, "mlx_lm": mlx_lm, "intree_openblas": openblas},
+        "speed": speeds,
         "harness": harness,
         "machine": machine(load_before),
     }
