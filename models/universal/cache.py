@@ -54,7 +54,25 @@ def create_attention_mask(
     return "causal"
 
 
-class KVCache:
+class _FloatCache:
+    """What the float caches share: buffers read up to `offset`, and the arrays to evaluate."""
+
+    keys: mx.array | None
+    values: mx.array | None
+    offset: int
+
+    def keys_and_values(self) -> tuple[mx.array, mx.array]:
+        if self.offset < self.keys.shape[2]:
+            return self.keys[..., : self.offset, :], self.values[..., : self.offset, :]
+        return self.keys, self.values
+
+    @property
+    def state(self) -> list[mx.array]:
+        """The arrays to evaluate after a prefill chunk (what mlx-lm evaluates)."""
+        return [] if self.keys is None else [self.keys, self.values]
+
+
+class KVCache(_FloatCache):
     step = 256
 
     def __init__(self) -> None:
@@ -87,16 +105,6 @@ class KVCache:
             self.values = self.values[..., : self.offset, :]
         self.keys = mx.concatenate([self.keys, new_k], axis=2)
         self.values = mx.concatenate([self.values, new_v], axis=2)
-
-    def keys_and_values(self) -> tuple[mx.array, mx.array]:
-        if self.offset < self.keys.shape[2]:
-            return self.keys[..., : self.offset, :], self.values[..., : self.offset, :]
-        return self.keys, self.values
-
-    @property
-    def state(self) -> list[mx.array]:
-        """The arrays to evaluate after a prefill chunk (what mlx-lm evaluates)."""
-        return [] if self.keys is None else [self.keys, self.values]
 
     def make_mask(
         self, n_queries: int, window_size: int | None = None, return_array: bool = False
@@ -177,7 +185,7 @@ class QuantizedKVCache:
         return create_attention_mask(n_queries, self.offset, return_array, window_size)
 
 
-class RotatingKVCache:
+class RotatingKVCache(_FloatCache):
     """At most `max_size` positions; the first `keep` stay, the rest is a ring buffer.
 
     `_idx` is the write position in the buffer; `offset` counts every position ever fed
@@ -261,15 +269,6 @@ class RotatingKVCache:
         if keys.shape[2] == 1:
             return self._update_in_place(keys, values)
         return self._update_concat(keys, values)
-
-    def keys_and_values(self) -> tuple[mx.array, mx.array]:
-        if self.offset < self.keys.shape[2]:
-            return self.keys[..., : self.offset, :], self.values[..., : self.offset, :]
-        return self.keys, self.values
-
-    @property
-    def state(self) -> list[mx.array]:
-        return [] if self.keys is None else [self.keys, self.values]
 
     def make_mask(
         self, n_queries: int, window_size: int | None = None, return_array: bool = False
