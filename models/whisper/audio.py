@@ -15,7 +15,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import wave
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import mlx.core as mx
@@ -138,7 +138,7 @@ def _mel_to_hz(mels: np.ndarray) -> np.ndarray:
     return hz
 
 
-@lru_cache(maxsize=None)
+@cache
 def _mel_filters_numpy(n_mels: int, sr: int, n_fft: int) -> np.ndarray:
     # Band edges are n_mels + 2 points evenly spaced in mel between 0 Hz and Nyquist.
     edges_hz = _mel_to_hz(np.linspace(_hz_to_mel(0.0), _hz_to_mel(sr / 2), n_mels + 2))
@@ -169,7 +169,7 @@ def mel_filters(n_mels: int) -> mx.array:
 # --------------------------------------------------------------------------- spectrogram
 
 
-@lru_cache(maxsize=None)
+@cache
 def _hanning_numpy(size: int) -> np.ndarray:
     return np.hanning(size + 1)[:-1]  # periodic Hann: the symmetric one of size + 1, minus its last point
 
