@@ -11,6 +11,10 @@
   trimming it to `max_size - 1` old positions); a single token is written in place, wrapping
   around to `keep` when the buffer is full.
 
+- `BatchKVCache`: several sequences in one (B, heads, positions, dim) buffer, as mlx-lm's
+  BatchGenerator keeps them: shorter rows padded on the left, per-row RoPE offsets, and a
+  mask that hides each row's padding (see the class).
+
 Every cache has `make_mask(n_queries, window_size=None, return_array=False)`, which is what
 mlx-lm's Llama asks its first layer's cache for: `None` (one query, no window), the string
 "causal" (SDPA aligns it to the end of the keys) or a boolean (n_queries, n_keys) array.
@@ -297,6 +301,114 @@ class RotatingKVCache(_FloatCache):
             "kv_bits with max_kv_size: a RotatingKVCache cannot be quantized (mlx-lm 0.32.2 raises "
             "NotImplementedError when its cache reaches quantized_kv_start)"
         )
+
+
+def create_batch_causal_mask(n_queries: int, offset: int, left_padding: mx.array) -> mx.array:
+    """Boolean (B, 1, n_queries, offset + n_queries): causal, and no row sees its left padding."""
+    causal = create_causal_mask(n_queries, offset)
+    positions = mx.arange(offset + n_queries)[None]
+    return causal & (mx.expand_dims(left_padding, (1, 2, 3)) <= positions)
+
+
+def roll_rows(x: mx.array, shifts: mx.array) -> mx.array:
+    """Roll each batch row of (B, heads, positions, dim) right by its own shift, wrapping."""
+    size = x.shape[2]
+    source = (mx.arange(size)[:, None] - shifts[:, None, None, None]) % size
+    return mx.take_along_axis(x, source, axis=2)
+
+
+class BatchKVCache:
+    """mlx-lm's BatchKVCache (0.32.2), as BatchGenerator uses it: one buffer for B rows.
+
+    Positions [0, _idx) of the buffer are filled for every row; row b's first
+    `left_padding[b]` of them are padding, masked out of attention. `offset[b]` is the
+    row's true length (its RoPE offset), so it is an array, not an int. Buffers grow in
+    blocks of 256 as KVCache's do, but reads always slice to `_idx`.
+
+    Prompts are fed right-padded: `prepare(right_padding=...)` before the model call
+    records the padding, `finalize()` after it rolls every row right by its padding (the
+    whole buffer, wrapping), turning it into left padding.
+    """
+
+    step = 256
+
+    def __init__(self, left_padding: list[int]) -> None:
+        self.keys: mx.array | None = None
+        self.values: mx.array | None = None
+        self.left_padding = mx.array(left_padding)
+        self.offset = mx.array([-p for p in left_padding])
+        self._idx = 0
+        self._right_padding: mx.array | None = None
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        start = self._idx
+        needed = start + keys.shape[2]
+        if self.keys is None or needed > self.keys.shape[2]:
+            self._grow(keys, values)
+        self.offset = self.offset + keys.shape[2]
+        self._idx = needed
+        self.keys[..., start:needed, :] = keys
+        self.values[..., start:needed, :] = values
+        return self.keys_and_values()
+
+    def _grow(self, keys: mx.array, values: mx.array) -> None:
+        batch, n_kv_heads, length, k_dim = keys.shape
+        n_blocks = (self.step + length - 1) // self.step
+        new_k = mx.zeros((batch, n_kv_heads, n_blocks * self.step, k_dim), keys.dtype)
+        new_v = mx.zeros((batch, n_kv_heads, n_blocks * self.step, values.shape[3]), values.dtype)
+        if self.keys is None:
+            self.keys, self.values = new_k, new_v
+            return
+        if self._idx % self.step != 0:
+            self.keys = self.keys[..., : self._idx, :]
+            self.values = self.values[..., : self._idx, :]
+        self.keys = mx.concatenate([self.keys, new_k], axis=2)
+        self.values = mx.concatenate([self.values, new_v], axis=2)
+
+    def keys_and_values(self) -> tuple[mx.array, mx.array]:
+        return self.keys[..., : self._idx, :], self.values[..., : self._idx, :]
+
+    def prepare(self, *, right_padding: list[int]) -> None:
+        """Before a right-padded model call: remember each row's padding for finalize()."""
+        if max(right_padding) > 0:
+            self._right_padding = mx.array(right_padding)
+
+    def finalize(self) -> None:
+        """After a right-padded call: move each row's padding to its left (see the class)."""
+        if self._right_padding is None:
+            return
+        padding = self._right_padding
+        self.keys = roll_rows(self.keys, padding)
+        self.values = roll_rows(self.values, padding)
+        self.offset = self.offset - padding
+        self.left_padding = self.left_padding + padding
+        self._right_padding = None
+
+    def filter(self, rows: list[int]) -> None:
+        """Keep `rows` (in that order), then drop the padding columns all of them share."""
+        if self.keys is not None:
+            self.keys = self.keys[rows]
+            self.values = self.values[rows]
+        self.offset = self.offset[rows]
+        self.left_padding = self.left_padding[rows]
+        shared = min(self.left_padding.tolist())
+        if shared > 0:
+            if self.keys is not None:
+                self.keys = self.keys[..., shared:, :]
+                self.values = self.values[..., shared:, :]
+            self._idx -= shared
+            self.left_padding = self.left_padding - shared
+
+    @property
+    def state(self) -> list[mx.array]:
+        arrays = [self.offset, self.left_padding]
+        return arrays if self.keys is None else [self.keys, self.values, *arrays]
+
+    def make_mask(self, n_queries: int, window_size: int | None = None, return_array: bool = False) -> mx.array:
+        # Always an array, even for one query: the padding differs per row.
+        if window_size is not None:
+            raise NotImplementedError("window_size: a BatchKVCache mask has no sliding window")
+        return create_batch_causal_mask(n_queries, self._idx, self.left_padding)
 
 
 Cache = KVCache | QuantizedKVCache | RotatingKVCache

@@ -17,6 +17,12 @@ The options mirror generate_step's (mlx-lm 0.32.2), with its names and defaults:
 - `forced_prefix`: mlx-lm's logits-processor hook with a processor that, for the first
   len(forced_prefix) steps, masks every logit but the forced token's to -inf before the
   log-softmax and argmax. Step.logits stay the model's raw logits.
+- `cache`: a cache the caller keeps (from `model.make_cache`), as generate_step's
+  `prompt_cache`; it is updated in place, so turn after turn can run on it (mlx_lm.chat's
+  prompt-cache reuse, see `chat_turn_steps`). generate_step queues the step fed with each
+  token before handing that token out, so a run of n steps leaves the prompt and all n
+  tokens in the cache; with a kept cache greedy_steps runs that last call too (without a
+  kept cache its result would be unobservable, so it is skipped).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from models.universal.cache import KV_BITS, KV_GROUP_SIZES, ROTATING_KEEP, maybe_quantize_kv_cache
+from models.universal.cache import KV_BITS, KV_GROUP_SIZES, ROTATING_KEEP, Cache, maybe_quantize_kv_cache
 from models.universal.model import UniversalLlama
 
 # mlx-lm's DEFAULT_QUANTIZED_KV_START: generate_step's default for quantized_kv_start.
@@ -57,27 +63,37 @@ def greedy_steps(
     kv_group_size: int = 64,
     quantized_kv_start: int = DEFAULT_QUANTIZED_KV_START,
     max_kv_size: int | None = None,
+    cache: list[Cache] | None = None,
 ) -> Iterator[Step]:
     """Yield `n_tokens` steps of greedy decoding from `prompt_ids`.
 
     Free-running (forced_tokens None), step i > 0 follows the model's own token of step
-    i-1; teacher-forced, it follows forced_tokens[i-1] (so n_tokens - 1 are needed).
+    i-1; teacher-forced, it follows forced_tokens[i-1] (so n_tokens - 1 are needed, and
+    n_tokens with a kept `cache`, whose last fed token is forced_tokens[n_tokens - 1]).
     With `forced_prefix`, Step.token of step i < len(forced_prefix) is forced_prefix[i]
     (the argmax after the forcing processor) in both modes, so free-running feeds it next.
-    See the module docstring for the cache options.
+    With `cache` (see the module docstring), the caller must consume every step: the
+    last token is fed when the last step is taken. `max_kv_size` is then unused, as
+    generate_step ignores it given a prompt_cache. See the module docstring for the
+    other cache options.
     """
     if not prompt_ids:
         raise ValueError("prompt_ids: need at least one token")
     if prefill_step_size < 1:
         raise ValueError(f"prefill_step_size: must be positive, got {prefill_step_size}")
-    if forced_tokens is not None and len(forced_tokens) < n_tokens - 1:
-        raise ValueError(f"forced_tokens: {len(forced_tokens)} given, {n_tokens - 1} needed for {n_tokens} steps")
+    keep_cache = cache is not None
+    if keep_cache:
+        _check_kept_cache(model, cache, n_tokens)
+    needed = n_tokens if keep_cache else n_tokens - 1
+    if forced_tokens is not None and len(forced_tokens) < needed:
+        raise ValueError(f"forced_tokens: {len(forced_tokens)} given, {needed} needed for {n_tokens} steps")
     vocab_size = model.config.vocab_size
     _check_options(model, vocab_size, forced_prefix, kv_bits, kv_group_size, quantized_kv_start, max_kv_size)
     if n_tokens <= 0:
         return
 
-    cache = model.make_cache(max_kv_size=max_kv_size)
+    if cache is None:
+        cache = model.make_cache(max_kv_size=max_kv_size)
     prefix = list(forced_prefix or [])  # mlx-lm installs no processor for an empty prefix
 
     def quantize_cache() -> None:
@@ -109,7 +125,7 @@ def greedy_steps(
     logits, token = step(prompt, 0)
     mx.async_eval(logits, token)
     for index in range(n_tokens):
-        if index + 1 < n_tokens:
+        if index + 1 < n_tokens or keep_cache:
             fed = token if forced_tokens is None else mx.array([forced_tokens[index]])
             next_logits, next_token = step(fed, index + 1)
             mx.async_eval(next_logits, next_token)
@@ -118,6 +134,54 @@ def greedy_steps(
             mx.clear_cache()
         if index + 1 < n_tokens:
             logits, token = next_logits, next_token
+
+
+def chat_turn_steps(
+    model: UniversalLlama,
+    turn_prompts: list[list[int]],
+    n_tokens: int,
+    *,
+    prefill_step_size: int = 2048,
+    forced_tokens: list[list[int]] | None = None,
+    max_kv_size: int | None = None,
+    **options: object,
+) -> list[list[Step]]:
+    """mlx_lm.chat's prompt-cache reuse: one cache for the conversation, each turn's new
+    prompt ids (its own messages, templated with the generation prompt) decoded on it.
+
+    Returns the `n_tokens` steps of each turn. `forced_tokens[t]` teacher-forces turn t
+    (n_tokens ids: the last one is fed into the cache before the next turn). The other
+    options are greedy_steps' (forced_prefix, kv_bits, ...) and apply to every turn.
+    """
+    if not isinstance(turn_prompts, (list, tuple)) or not turn_prompts:
+        raise ValueError("turn_prompts: need a non-empty list of per-turn prompt ids")
+    if forced_tokens is not None and len(forced_tokens) != len(turn_prompts):
+        raise ValueError(f"forced_tokens: {len(forced_tokens)} turns given, {len(turn_prompts)} expected")
+    if not _is_int(n_tokens) or n_tokens < 1:
+        raise ValueError(f"n_tokens: must be a positive int, got {n_tokens!r}")
+    _check_options(model, model.config.vocab_size, None, None, 64, 0, max_kv_size)
+    cache = model.make_cache(max_kv_size=max_kv_size)
+    turns = []
+    for t, prompt_ids in enumerate(turn_prompts):
+        forced = None if forced_tokens is None else forced_tokens[t]
+        steps = greedy_steps(
+            model,
+            prompt_ids,
+            n_tokens,
+            prefill_step_size=prefill_step_size,
+            forced_tokens=forced,
+            cache=cache,
+            **options,
+        )
+        turns.append(list(steps))
+    return turns
+
+
+def _check_kept_cache(model: UniversalLlama, cache: object, n_tokens: int) -> None:
+    if not isinstance(cache, list) or len(cache) != len(model.layers):
+        raise ValueError(f"cache: expected a list of {len(model.layers)} layer caches from model.make_cache()")
+    if not _is_int(n_tokens) or n_tokens < 1:
+        raise ValueError(f"n_tokens: must be a positive int with a kept cache, got {n_tokens!r}")
 
 
 def _is_int(value: object) -> bool:
