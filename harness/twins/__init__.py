@@ -26,13 +26,16 @@ import tokenizers
 from harness.family import detect_family
 from harness.twins.minicpm5 import MINICPM5_2B, MINICPM5_2B_MINI
 from harness.twins.spec import LlamaShape, QuantSettings, TwinSpec
+from harness.twins.whisper import WHISPER_TWINS, WhisperTwinSpec
 
 # Bump whenever any twin's files change (init, corpus, template, layout, config keys),
 # so directories built by an older version are recognisably stale.
 TWIN_VERSION = "1"
 TWIN_FILE = "twin.json"
 
-TWINS: dict[str, TwinSpec] = {spec.twin_id: spec for spec in (MINICPM5_2B, MINICPM5_2B_MINI)}
+TWINS: dict[str, TwinSpec | WhisperTwinSpec] = {
+    spec.twin_id: spec for spec in (MINICPM5_2B, MINICPM5_2B_MINI, *WHISPER_TWINS)
+}
 
 __all__ = [
     "TWINS",
@@ -41,13 +44,14 @@ __all__ = [
     "LlamaShape",
     "QuantSettings",
     "TwinSpec",
+    "WhisperTwinSpec",
     "build_twin",
     "detect_family",
     "get_twin",
 ]
 
 
-def get_twin(twin_id: str) -> TwinSpec:
+def get_twin(twin_id: str) -> TwinSpec | WhisperTwinSpec:
     """The registered spec; an unknown id is a ValueError listing the known ones."""
     if twin_id not in TWINS:
         raise ValueError(f"unknown twin {twin_id!r}; known twins: {', '.join(sorted(TWINS))}")
@@ -62,7 +66,7 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def twin_identity(spec: TwinSpec, built_dir: Path | None = None) -> dict[str, Any]:
+def twin_identity(spec: TwinSpec | WhisperTwinSpec, built_dir: Path | None = None) -> dict[str, Any]:
     """What identifies a twin build: id, version, seed, config, and the files' hashes when built."""
     identity: dict[str, Any] = {
         "id": spec.twin_id,
