@@ -1,0 +1,38 @@
+"""What every composed path yields, and the pieces the decode loops share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx
+
+from models.universal.generate import generation_stream
+
+__all__ = ["ComposedStep", "force_row", "generation_stream"]
+
+
+@dataclass(frozen=True)
+class ComposedStep:
+    """One emitted token of a composed path.
+
+    `logits` is the vector the L2 oracle records for this step: the model's raw logits for
+    the cache paths; for ngram drafting the logprobs optiq's generator yields with the token
+    (rows of a multi-position verify pass, log-softmaxed together). `token` is the model's
+    greedy choice at this step (the forced one where a forced prefix applies). `info` holds
+    the drafting counters for ngram drafting and, on the last step, the final cache state.
+    """
+
+    index: int
+    logits: mx.array  # (vocab,)
+    token: int
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def force_row(logits: mx.array, forced_prefix: list[int], index: int) -> mx.array:
+    """mlx-lm's forcing processor (the one the oracles install): for the first
+    len(forced_prefix) steps every logit but the forced token's becomes -inf."""
+    if index >= len(forced_prefix):
+        return logits
+    keep = mx.arange(logits.shape[-1]) == forced_prefix[index]
+    return mx.where(keep, logits, mx.array(-mx.inf, dtype=logits.dtype))
