@@ -1,0 +1,591 @@
+"""Decoding one 30-second window, computing exactly what mlx-whisper 0.4.3's DecodingTask does.
+
+One `DecodingTask` per window and temperature: encode the Mel window, build the prompt
+(`<|startofprev|>` + previous text, the start-of-transcript sequence, an optional prefix),
+then one decoder call per step. Each step takes the last position's logits (cast to
+float32) and passes them through the logit filters in mlx-whisper's order —
+`SuppressBlank`, `SuppressTokens`, `ApplyTimestampRules` — before the `GreedyDecoder`
+picks the next token (argmax at T=0, `mx.random.categorical(logits / T)` otherwise).
+The `MaximumLikelihoodRanker` picks one of `best_of` samples.
+
+What changes bits or decisions is reproduced as the oracle does it:
+
+- float32 running `sum_logprobs` on device; `avg_logprob = sum / (len(tokens) + 1)` in
+  Python floats; `no_speech_prob` is the softmax at the start-of-transcript position of
+  the FIRST step's logits; `compression_ratio` via CPython's zlib at level 6.
+- The step loop computes one more step after every sequence has ended (the oracle
+  overlaps a step with the completion check) and throws it away; that step's logits are
+  still computed, and observed here, and at T>0 it draws from the sampler.
+- Sampling: see `TemperatureSampler` (the random key is drawn once per compiled trace).
+- `ApplyTimestampRules`' "timestamps must not decrease" rule never fires in mlx-whisper
+  (it collects positions, not timestamp tokens, and masks an empty range). The default
+  reproduces that; `DecodingOptions(fix_monotonic_timestamps=True)` applies
+  openai-whisper's rule instead (the logits before the filters are unchanged, the chosen
+  tokens and `avg_logprob` may change).
+
+Instrumentation: a `DecodeObserver` sees every step's logits before the filters and the
+token appended after them; `forced_tokens` (per batch member, its tokens up to its first
+EOT) feeds given tokens instead of the chosen ones (teacher forcing), everything else
+computed as usual.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+import tiktoken
+
+from models.whisper.audio import CHUNK_LENGTH
+from models.whisper.tokenizer import Tokenizer, get_tokenizer
+
+
+def compression_ratio(text: str) -> float:
+    """UTF-8 length over zlib-compressed length (level 6): high for repetitive text."""
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data))
+
+
+def detect_language(model: Any, mel: mx.array, tokenizer: Tokenizer) -> tuple[mx.array, list[dict[str, float]]]:
+    """Most probable language token per audio, and the probabilities of every language.
+
+    `mel` may be a Mel window (`[n_mels, frames]`-shaped per audio as the encoder takes
+    it) or already-encoded audio features. One decoder call on `<|startoftranscript|>`;
+    every non-language logit is masked before argmax and softmax.
+    """
+    if tokenizer.language is None or tokenizer.language_token not in tokenizer.sot_sequence:
+        raise ValueError("This model doesn't have language tokens so it can't perform lang id")
+    single = mel.ndim == 2
+    if single:
+        mel = mel[None]
+    if mel.shape[-2:] != (model.dims.n_audio_ctx, model.dims.n_audio_state):
+        mel = model.embed_audio(mel)
+
+    n_audio = mel.shape[0]
+    logits = model.logits(mx.array([[tokenizer.sot]] * n_audio), mel)[0][:, 0]
+    only_languages = mx.full(logits.shape[-1], -mx.inf, dtype=mx.float32)
+    only_languages[list(tokenizer.all_language_tokens)] = 0.0
+    logits += only_languages
+    language_tokens = mx.argmax(logits, axis=-1)
+    probs = np.array(mx.softmax(logits, axis=-1))
+    language_probs = [
+        {
+            code: probs[i, token].item()
+            for token, code in zip(tokenizer.all_language_tokens, tokenizer.all_language_codes, strict=True)
+        }
+        for i in range(n_audio)
+    ]
+    if single:
+        return language_tokens[0], language_probs[0]
+    return language_tokens, language_probs
+
+
+@dataclass(frozen=True)
+class DecodingOptions:
+    """mlx-whisper's DecodingOptions, plus `fix_monotonic_timestamps` (see the module docstring)."""
+
+    task: str = "transcribe"  # "transcribe", "translate" or "lang_id"
+    language: str | None = None  # detected when None
+    temperature: float = 0.0
+    sample_len: int | None = None  # at most this many steps; n_text_ctx // 2 when None
+    best_of: int | None = None  # independent samples at T > 0
+    beam_size: int | None = None  # beam search: not implemented (as in mlx-whisper)
+    patience: float | None = None
+    length_penalty: float | None = None  # Google NMT alpha; plain length normalization when None
+    prompt: str | list[int] | None = None  # previous context, after <|startofprev|>
+    prefix: str | list[int] | None = None  # forced start of the current window's text
+    suppress_tokens: str | Iterable[int] | None = "-1"  # "-1" adds the non-speech tokens
+    suppress_blank: bool = True  # no blank or EOT as the first sampled token
+    without_timestamps: bool = False  # <|notimestamps|> in the prompt, text tokens only
+    max_initial_timestamp: float | None = 1.0
+    fp16: bool = True
+    fix_monotonic_timestamps: bool = False
+
+
+@dataclass(frozen=True)
+class DecodingResult:
+    audio_features: mx.array
+    language: str
+    language_probs: dict[str, float] | None = None
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    avg_logprob: float = np.nan
+    no_speech_prob: float = np.nan
+    temperature: float = np.nan
+    compression_ratio: float = np.nan
+
+
+class DecodeObserver:
+    """Sees what one decode call computes, in order. Every method is a no-op here."""
+
+    def on_decode_begin(self, initial_tokens: tuple[int, ...], n_batch: int, temperature: float) -> None:
+        pass
+
+    def on_audio_features(self, audio_features: mx.array) -> None:
+        pass
+
+    def on_step(self, logits: mx.array, tokens: mx.array, kept: bool) -> None:
+        """`logits`: `[n_batch, n_vocab]` float32 before any filter; `tokens`: `[n_batch]` appended.
+
+        `kept` is False for the one step computed after every sequence ended, which the
+        decode call then drops.
+        """
+
+
+class Inference:
+    """The decoder forward pass with its self-attention cache, logits cast to float32."""
+
+    def __init__(self, model: Any):
+        self.model = model
+        self.kv_cache = None
+
+    def logits(self, tokens: mx.array, audio_features: mx.array) -> mx.array:
+        logits, self.kv_cache, _ = self.model.logits(tokens, audio_features, kv_cache=self.kv_cache)
+        return logits.astype(mx.float32)
+
+    def reset(self) -> None:
+        self.kv_cache = None
+
+
+class MaximumLikelihoodRanker:
+    """Picks the sample with the highest sum of log-probabilities over its length penalty:
+    the length itself, or ((5 + length) / 6) ** alpha (Google NMT) when alpha is given."""
+
+    def __init__(self, length_penalty: float | None):
+        self.length_penalty = length_penalty
+
+    def rank(self, tokens: list[list[list[int]]], sum_logprobs: list[list[float]]) -> list[int]:
+        def score(logprob: float, length: int) -> float:
+            penalty = length if self.length_penalty is None else ((5 + length) / 6) ** self.length_penalty
+            return logprob / penalty
+
+        return [
+            int(np.argmax([score(lp, len(t)) for lp, t in zip(group_logprobs, group, strict=True)]))
+            for group, group_logprobs in zip(tokens, sum_logprobs, strict=True)
+        ]
+
+
+def _sample_categorical(logits: mx.array, temperature: float) -> mx.array:
+    return mx.random.categorical(logits / temperature)
+
+
+class TemperatureSampler:
+    """`mx.random.categorical(logits / T)` inside `mx.compile`, as mlx-whisper samples.
+
+    mx.compile traces the function on its first call for each (logits shape, T); the
+    random key drawn from the global generator during that trace becomes a constant of
+    the compiled graph. So every later call with the same shape and T reuses the same
+    Gumbel noise, and only a new trace (a new shape or T) draws a new key. mlx-whisper
+    keeps one compiled sampler per process; each instance of this class is one such trace
+    cache (a new instance samples like mlx-whisper in a fresh process).
+    """
+
+    def __init__(self) -> None:
+        self._sample = mx.compile(_sample_categorical)
+
+    def __call__(self, logits: mx.array, temperature: float) -> mx.array:
+        return self._sample(logits, temperature)
+
+
+PROCESS_SAMPLER = TemperatureSampler()
+
+
+class GreedyDecoder:
+    """Argmax at T=0, a categorical sample at T>0; a finished sequence keeps appending EOT."""
+
+    def __init__(self, temperature: float, eot: int, sampler: TemperatureSampler | None = None):
+        self.temperature = temperature
+        self.eot = eot
+        self.sampler = sampler or PROCESS_SAMPLER
+
+    def reset(self) -> None:
+        pass
+
+    def update(
+        self, tokens: mx.array, logits: mx.array, sum_logprobs: mx.array, forced: mx.array | None = None
+    ) -> tuple[mx.array, mx.array, mx.array]:
+        """`(tokens + next token, all ended?, updated sum_logprobs)`; `forced` replaces the choice."""
+        if self.temperature == 0:
+            next_tokens = logits.argmax(axis=-1)
+        else:
+            next_tokens = self.sampler(logits, self.temperature)
+        ended = tokens[:, -1] == self.eot
+        if forced is not None:
+            # An ended sequence keeps its own choice: it only ever adds 0 x its (finite)
+            # log-probability, where a forced EOT's could be -inf and make 0 x -inf = NaN.
+            next_tokens = mx.where(ended, next_tokens, forced)
+
+        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        chosen_logprobs = logprobs[mx.arange(logprobs.shape[0]), next_tokens]
+        # In place, as in mlx-whisper: the step computed past the end (see `_main_loop`)
+        # adds its 0 x log-probability to the sums the caller keeps.
+        sum_logprobs += chosen_logprobs * (tokens[:, -1] != self.eot)
+        next_tokens = next_tokens * (1 - ended) + self.eot * ended
+        tokens = mx.concatenate([tokens, next_tokens[:, None]], axis=-1)
+        return tokens, mx.all(tokens[:, -1] == self.eot), sum_logprobs
+
+    def finalize(self, tokens: mx.array, sum_logprobs: mx.array) -> tuple[mx.array, mx.array]:
+        # every sequence gets at least one EOT at its end
+        return mx.pad(tokens, [(0, 0), (0, 0), (0, 1)], constant_values=self.eot), sum_logprobs
+
+
+class LogitFilter:
+    def apply(self, logits: mx.array, tokens: mx.array) -> mx.array:
+        """`logits` `[n_batch, n_vocab]` after masking, given the `[n_batch, length]` tokens so far."""
+        raise NotImplementedError
+
+
+class SuppressBlank(LogitFilter):
+    """At the first sampled position, forbid " " and EOT (an empty transcript)."""
+
+    def __init__(self, tokenizer: Tokenizer, sample_begin: int, n_vocab: int):
+        self.sample_begin = sample_begin
+        mask = np.zeros(n_vocab, np.float32)
+        mask[[*tokenizer.encode(" "), tokenizer.eot]] = -np.inf
+        self.mask = mx.array(mask)
+
+    def apply(self, logits: mx.array, tokens: mx.array) -> mx.array:
+        if tokens.shape[1] == self.sample_begin:
+            return logits + self.mask
+        return logits
+
+
+class SuppressTokens(LogitFilter):
+    """Forbid a fixed set of tokens at every step."""
+
+    def __init__(self, suppress_tokens: Sequence[int], n_vocab: int):
+        mask = np.zeros(n_vocab, np.float32)
+        mask[list(suppress_tokens)] = -np.inf
+        self.mask = mx.array(mask)
+
+    def apply(self, logits: mx.array, tokens: mx.array) -> mx.array:
+        return logits + self.mask
+
+
+class ApplyTimestampRules(LogitFilter):
+    """Timestamp grammar: never `<|notimestamps|>`; timestamps come in pairs (except right
+    before EOT); the first sampled token is a timestamp no later than
+    `max_initial_timestamp_index`; and a timestamp is forced whenever the timestamps'
+    total probability beats every single text token's.
+
+    The monotonic rule (no timestamp before the last one) runs only with
+    `fix_monotonic_timestamps`: mlx-whisper's version of it masks an empty range.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        sample_begin: int,
+        max_initial_timestamp_index: int | None,
+        fix_monotonic_timestamps: bool = False,
+    ):
+        self.tokenizer = tokenizer
+        self.sample_begin = sample_begin
+        self.max_initial_timestamp_index = max_initial_timestamp_index
+        self.fix_monotonic_timestamps = fix_monotonic_timestamps
+
+    def _grammar_mask(self, shape: tuple[int, ...], rows: list[list[int]]) -> np.ndarray:
+        timestamp_begin, eot = self.tokenizer.timestamp_begin, self.tokenizer.eot
+        mask = np.zeros(shape, np.float32)
+        mask[:, self.tokenizer.no_timestamps] = -np.inf
+        for k, row in enumerate(rows):
+            sampled = row[self.sample_begin :]
+            last_was_timestamp = len(sampled) >= 1 and sampled[-1] >= timestamp_begin
+            penultimate_was_timestamp = len(sampled) < 2 or sampled[-2] >= timestamp_begin
+            if last_was_timestamp:
+                if penultimate_was_timestamp:  # a pair just closed: text (or EOT) next
+                    mask[k, timestamp_begin:] = -np.inf
+                else:  # a pair is open: its closing timestamp (or EOT) next
+                    mask[k, :eot] = -np.inf
+            if self.fix_monotonic_timestamps:
+                timestamps = [t for t in sampled if t >= timestamp_begin]
+                if timestamps:
+                    # openai-whisper: no going back; a new segment must not be empty either
+                    last = (
+                        timestamps[-1] if last_was_timestamp and not penultimate_was_timestamp else timestamps[-1] + 1
+                    )
+                    mask[k, timestamp_begin:last] = -np.inf
+
+        if len(rows[0]) == self.sample_begin:
+            mask[:, :timestamp_begin] = -np.inf  # the first sampled token is a timestamp
+            if self.max_initial_timestamp_index is not None:
+                mask[:, timestamp_begin + self.max_initial_timestamp_index + 1 :] = -np.inf
+        return mask
+
+    def apply(self, logits: mx.array, tokens: mx.array) -> mx.array:
+        timestamp_begin = self.tokenizer.timestamp_begin
+        mask = mx.array(self._grammar_mask(logits.shape, tokens.tolist()))
+        # The comparison uses the logits as they came in (earlier filters applied, this
+        # filter's grammar mask not), as mlx-whisper computes it.
+        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        timestamp_logprob = logprobs[:, timestamp_begin:].logsumexp(axis=-1, keepdims=True)
+        max_text_token_logprob = logprobs[:, :timestamp_begin].max(axis=-1, keepdims=True)
+        mask[:, :timestamp_begin] = mx.where(
+            timestamp_logprob > max_text_token_logprob, -mx.inf, mask[:, :timestamp_begin]
+        )
+        return logits + mask
+
+
+class DecodingTask:
+    """One decode call: `run(mel)` encodes the window and samples until EOT or `sample_len`."""
+
+    def __init__(
+        self,
+        model: Any,
+        options: DecodingOptions,
+        encoding: tiktoken.Encoding,
+        *,
+        sampler: TemperatureSampler | None = None,
+        observer: DecodeObserver | None = None,
+        forced_tokens: Sequence[Sequence[int]] | None = None,
+    ):
+        self.model = model
+        self.tokenizer = get_tokenizer(
+            encoding,
+            multilingual=model.is_multilingual,
+            num_languages=model.num_languages,
+            language=options.language or "en",
+            task=options.task,
+        )
+        self.options = self._verify_options(options)
+        self.observer = observer or DecodeObserver()
+        self.forced_tokens = forced_tokens
+
+        self.n_group = options.beam_size or options.best_of or 1
+        self.n_ctx = model.dims.n_text_ctx
+        self.sample_len = options.sample_len or model.dims.n_text_ctx // 2
+
+        self.sot_sequence = self.tokenizer.sot_sequence
+        if options.without_timestamps:
+            self.sot_sequence = self.tokenizer.sot_sequence_including_notimestamps
+        self.initial_tokens = self._initial_tokens()
+        self.sample_begin = len(self.initial_tokens)
+        self.sot_index = self.initial_tokens.index(self.tokenizer.sot)
+
+        self.inference = Inference(model)
+        self.sequence_ranker = MaximumLikelihoodRanker(options.length_penalty)
+        if options.beam_size is not None:
+            raise NotImplementedError("Beam search decoder is not yet implemented")
+        self.decoder = GreedyDecoder(options.temperature, self.tokenizer.eot, sampler)
+        self.logit_filters = self._logit_filters()
+
+    def _logit_filters(self) -> list[LogitFilter]:
+        n_vocab = self.model.dims.n_vocab
+        filters: list[LogitFilter] = []
+        if self.options.suppress_blank:
+            filters.append(SuppressBlank(self.tokenizer, self.sample_begin, n_vocab))
+        if self.options.suppress_tokens:
+            filters.append(SuppressTokens(self._suppress_tokens(), n_vocab))
+        if not self.options.without_timestamps:
+            precision = CHUNK_LENGTH / self.model.dims.n_audio_ctx  # 0.02 s per audio position
+            max_initial_timestamp_index = None
+            if self.options.max_initial_timestamp:
+                max_initial_timestamp_index = round(self.options.max_initial_timestamp / precision)
+            filters.append(
+                ApplyTimestampRules(
+                    self.tokenizer,
+                    self.sample_begin,
+                    max_initial_timestamp_index,
+                    self.options.fix_monotonic_timestamps,
+                )
+            )
+        return filters
+
+    @staticmethod
+    def _verify_options(options: DecodingOptions) -> DecodingOptions:
+        if options.beam_size is not None and options.best_of is not None:
+            raise ValueError("beam_size and best_of can't be given together")
+        if options.temperature == 0 and options.best_of is not None:
+            raise ValueError("best_of with greedy sampling (T=0) is not compatible")
+        if options.patience is not None and options.beam_size is None:
+            raise ValueError("patience requires beam_size to be given")
+        if options.length_penalty is not None and not 0 <= options.length_penalty <= 1:
+            raise ValueError("length_penalty (alpha) should be a value between 0 and 1")
+        return options
+
+    def _initial_tokens(self) -> tuple[int, ...]:
+        tokens = list(self.sot_sequence)
+        if prefix := self.options.prefix:
+            prefix_tokens = self.tokenizer.encode(" " + prefix.strip()) if isinstance(prefix, str) else prefix
+            if self.sample_len is not None:
+                # Python slicing as the oracle does it: a budget <= 0 keeps a tail, not nothing.
+                prefix_tokens = prefix_tokens[-(self.n_ctx // 2 - self.sample_len) :]
+            tokens = tokens + list(prefix_tokens)
+        if prompt := self.options.prompt:
+            prompt_tokens = self.tokenizer.encode(" " + prompt.strip()) if isinstance(prompt, str) else prompt
+            tokens = [self.tokenizer.sot_prev, *prompt_tokens[-(self.n_ctx // 2 - 1) :], *tokens]
+        return tuple(tokens)
+
+    def _suppress_tokens(self) -> tuple[int, ...]:
+        suppress = self.options.suppress_tokens
+        if isinstance(suppress, str):
+            suppress = [int(t) for t in suppress.split(",")]
+        if -1 in suppress:
+            suppress = [t for t in suppress if t >= 0]
+            suppress.extend(self.tokenizer.non_speech_tokens)
+        elif suppress is None or len(suppress) == 0:
+            suppress = []
+        else:
+            if not isinstance(suppress, list):
+                raise TypeError("suppress_tokens must be a list")
+            suppress = list(suppress)
+        tokenizer = self.tokenizer
+        suppress.extend(
+            [tokenizer.transcribe, tokenizer.translate, tokenizer.sot, tokenizer.sot_prev, tokenizer.sot_lm]
+        )
+        # the no-speech probability is read separately, from the first step's logits
+        suppress.append(tokenizer.no_speech)
+        return tuple(sorted(set(suppress)))
+
+    def _audio_features(self, mel: mx.array) -> mx.array:
+        if self.options.fp16:
+            mel = mel.astype(mx.float16)
+        if mel.shape[-2:] == (self.model.dims.n_audio_ctx, self.model.dims.n_audio_state):
+            audio_features = mel  # already encoded
+        else:
+            audio_features = self.model.embed_audio(mel)
+        if audio_features.dtype != (mx.float16 if self.options.fp16 else mx.float32):
+            raise TypeError(f"audio_features has an incorrect dtype: {audio_features.dtype}")
+        return audio_features
+
+    def _detect_language(
+        self, audio_features: mx.array, tokens: mx.array
+    ) -> tuple[list[str], list[dict[str, float]] | None, mx.array]:
+        languages = [self.options.language] * audio_features.shape[0]
+        language_probs = None
+        if self.options.language is None or self.options.task == "lang_id":
+            language_tokens, language_probs = detect_language(self.model, audio_features, self.tokenizer)
+            languages = [max(probs, key=probs.get) for probs in language_probs]
+            if self.options.language is None:
+                tokens = np.array(tokens)
+                tokens[:, self.sot_index + 1] = np.array(language_tokens)
+                tokens = mx.array(tokens)
+        return languages, language_probs, tokens
+
+    def _forced_step(self, step: int, n_batch: int) -> mx.array | None:
+        if self.forced_tokens is None:
+            return None
+        if len(self.forced_tokens) != n_batch:
+            raise ValueError(f"teacher forcing: {len(self.forced_tokens)} forced sequences for a batch of {n_batch}")
+        # Past a forced sequence's end comes EOT (what an ended sequence appends anyway).
+        eot = self.tokenizer.eot
+        return mx.array([member[step] if step < len(member) else eot for member in self.forced_tokens], mx.uint32)
+
+    def _step(
+        self, inputs: mx.array, audio_features: mx.array, tokens: mx.array, sum_logprobs: mx.array, step: int
+    ) -> tuple[mx.array, mx.array, mx.array, mx.array, mx.array]:
+        pre_logits = self.inference.logits(inputs, audio_features)
+        logits = pre_logits[:, -1]  # the last position only
+        step_logits = logits
+        for logit_filter in self.logit_filters:
+            logits = logit_filter.apply(logits, tokens)
+        forced = self._forced_step(step, tokens.shape[0])
+        tokens, completed, sum_logprobs = self.decoder.update(tokens, logits, sum_logprobs, forced)
+        return tokens, completed, sum_logprobs, pre_logits, step_logits
+
+    def _main_loop(self, audio_features: mx.array, tokens: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        n_batch = tokens.shape[0]
+        sum_logprobs = mx.zeros(n_batch)
+        tokens, completed, sum_logprobs, pre_logits, step_logits = self._step(
+            tokens, audio_features, tokens, sum_logprobs, 0
+        )
+        self.observer.on_step(step_logits, tokens[:, -1], True)
+        probs_at_sot = mx.softmax(pre_logits[:, self.sot_index], axis=-1)
+        no_speech_probs = probs_at_sot[:, self.tokenizer.no_speech]
+
+        for step in range(1, self.sample_len):
+            if tokens.shape[-1] > self.n_ctx:
+                break
+            # The oracle computes this step before it looks at `completed`: a step past the
+            # end is computed (and sampled) and then dropped.
+            next_tokens, next_completed, next_sum_logprobs, _, step_logits = self._step(
+                tokens[:, -1:], audio_features, tokens, sum_logprobs, step
+            )
+            self.observer.on_step(step_logits, next_tokens[:, -1], not completed)
+            if completed:
+                break
+            tokens, completed, sum_logprobs = next_tokens, next_completed, next_sum_logprobs
+        return tokens, sum_logprobs, no_speech_probs
+
+    def run(self, mel: mx.array) -> list[DecodingResult]:
+        self.inference.reset()
+        self.decoder.reset()
+        tokenizer = self.tokenizer
+        n_audio = mel.shape[0]
+
+        audio_features = self._audio_features(mel)
+        self.observer.on_audio_features(audio_features)
+        tokens = mx.broadcast_to(mx.array(self.initial_tokens), (n_audio, len(self.initial_tokens)))
+        languages, language_probs, tokens = self._detect_language(audio_features, tokens)
+        if self.options.task == "lang_id":
+            return [
+                DecodingResult(audio_features=features, language=language, language_probs=probs)
+                for features, language, probs in zip(audio_features, languages, language_probs, strict=True)
+            ]
+
+        if self.n_group > 1:  # best_of samples of every audio, group-major
+            tokens = mx.broadcast_to(tokens[:, None, :], [n_audio, self.n_group, len(self.initial_tokens)])
+            tokens = tokens.reshape((n_audio * self.n_group, len(self.initial_tokens)))
+        self.observer.on_decode_begin(self.initial_tokens, tokens.shape[0], self.options.temperature)
+
+        tokens, sum_logprobs, no_speech_probs = self._main_loop(audio_features, tokens)
+
+        audio_features = audio_features[:: self.n_group]
+        no_speech_probs = no_speech_probs[:: self.n_group]
+        tokens = tokens.reshape(n_audio, self.n_group, -1)
+        sum_logprobs = sum_logprobs.reshape(n_audio, self.n_group)
+        tokens, sum_logprobs = self.decoder.finalize(tokens, sum_logprobs)
+        tokens = tokens[..., self.sample_begin :]
+        mx.eval(tokens, sum_logprobs, no_speech_probs)
+        token_lists = [[t[: t.index(tokenizer.eot)] for t in group] for group in tokens.tolist()]
+        group_logprobs = sum_logprobs.tolist()
+        no_speech = no_speech_probs.tolist()
+
+        selected = self.sequence_ranker.rank(token_lists, group_logprobs)
+        chosen_tokens = [group[i] for i, group in zip(selected, token_lists, strict=True)]
+        texts = [tokenizer.decode(t).strip() for t in chosen_tokens]
+        chosen_logprobs = [lps[i] for i, lps in zip(selected, group_logprobs, strict=True)]
+        avg_logprobs = [lp / (len(t) + 1) for t, lp in zip(chosen_tokens, chosen_logprobs, strict=True)]
+
+        return [
+            DecodingResult(
+                audio_features=features,
+                language=language,
+                tokens=toks,
+                text=text,
+                avg_logprob=avg_logprob,
+                no_speech_prob=no_speech_prob,
+                temperature=self.options.temperature,
+                compression_ratio=compression_ratio(text),
+            )
+            for text, language, toks, features, avg_logprob, no_speech_prob in zip(
+                texts, languages, chosen_tokens, audio_features, avg_logprobs, no_speech, strict=True
+            )
+        ]
+
+
+def decode(
+    model: Any,
+    mel: mx.array,
+    encoding: tiktoken.Encoding,
+    options: DecodingOptions | None = None,
+    *,
+    sampler: TemperatureSampler | None = None,
+    observer: DecodeObserver | None = None,
+    forced_tokens: Sequence[Sequence[int]] | None = None,
+    **kwargs: Any,
+) -> DecodingResult | list[DecodingResult]:
+    """Decode one (`[frames, n_mels]`) or several Mel windows; `kwargs` override `options`."""
+    options = options or DecodingOptions()
+    single = mel.ndim == 2
+    if single:
+        mel = mel[None]
+    if kwargs:
+        options = replace(options, **kwargs)
+    task = DecodingTask(model, options, encoding, sampler=sampler, observer=observer, forced_tokens=forced_tokens)
+    result = task.run(mel)
+    return result[0] if single else result

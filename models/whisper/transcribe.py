@@ -1,0 +1,361 @@
+"""Transcribing a whole clip: mlx-whisper 0.4.3's seek loop over 30-second windows.
+
+The clip's log-Mel is computed once with a window of zero padding; each window is
+decoded with the temperature ladder (a result too repetitive — compression ratio above
+the threshold — or too improbable — average log-probability below the threshold — is
+decoded again at the next temperature, unless the window looks silent); windows the
+model calls silent are skipped; otherwise the timestamp tokens cut the text into
+segments and decide where the next window starts. Previous text is the next window's
+prompt unless conditioning is off or the window needed a temperature above 0.5.
+
+Reproduced as mlx-whisper does it (they change outputs):
+
+- `clip_timestamps`: a later clip does not move `seek` forward to its start; decoding
+  goes on from wherever the previous clip stopped. `fix_clip_start=True` jumps to each
+  clip's start, as openai-whisper does.
+- A segment emptied because it is instantaneous or blank gets a `"words": []` key; others
+  have none (without word timestamps).
+
+Word-level timestamps (`word_timestamps=True`, DTW over cross-attention) are not ported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+import tiktoken
+
+from models.whisper.audio import (
+    FRAMES_PER_SECOND,
+    HOP_LENGTH,
+    N_FRAMES,
+    N_SAMPLES,
+    SAMPLE_RATE,
+    log_mel_spectrogram,
+    pad_or_trim,
+)
+from models.whisper.decoding import (
+    DecodeObserver,
+    DecodingOptions,
+    DecodingResult,
+    TemperatureSampler,
+    decode,
+    detect_language,
+)
+from models.whisper.tokenizer import LANGUAGES, Tokenizer, get_tokenizer
+
+DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+
+
+class TranscribeObserver(DecodeObserver):
+    """A `DecodeObserver` that also sees the clip's Mel and every decode call's outcome."""
+
+    def on_mel(self, mel: mx.array) -> None:
+        pass
+
+    def on_decode_call(self, seek: int, segment_size: int, result: DecodingResult, needs_fallback: bool) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class ForcedCall:
+    """One decode call of a reference run, replayed: where, at which temperature, which
+    tokens (per batch member, its sampled tokens up to its first EOT) and whether the
+    reference fell back after it."""
+
+    seek: int
+    temperature: float
+    member_tokens: Sequence[Sequence[int]]
+    needs_fallback: bool
+
+
+def needs_fallback(
+    result: DecodingResult,
+    compression_ratio_threshold: float | None,
+    logprob_threshold: float | None,
+    no_speech_threshold: float | None,
+) -> bool:
+    """Decode again at the next temperature: too repetitive or too improbable, unless silent."""
+    fallback = False
+    if compression_ratio_threshold is not None and result.compression_ratio > compression_ratio_threshold:
+        fallback = True
+    if logprob_threshold is not None and result.avg_logprob < logprob_threshold:
+        fallback = True
+    if no_speech_threshold is not None and result.no_speech_prob > no_speech_threshold:
+        fallback = False
+    return fallback
+
+
+def should_skip(result: DecodingResult, logprob_threshold: float | None, no_speech_threshold: float | None) -> bool:
+    """The window is silence: no-speech probability high and average log-probability not."""
+    if no_speech_threshold is None:
+        return False
+    skip = result.no_speech_prob > no_speech_threshold
+    if logprob_threshold is not None and result.avg_logprob > logprob_threshold:
+        skip = False
+    return skip
+
+
+def parse_clip_timestamps(clip_timestamps: str | Sequence[float], content_frames: int) -> list[tuple[int, int]]:
+    """(start, end) frame pairs; a missing last end is the end of the clip."""
+    if isinstance(clip_timestamps, str):
+        clip_timestamps = [float(ts) for ts in (clip_timestamps.split(",") if clip_timestamps else [])]
+    seek_points = [round(ts * FRAMES_PER_SECOND) for ts in clip_timestamps]
+    if len(seek_points) == 0:
+        seek_points.append(0)
+    if len(seek_points) % 2 == 1:
+        seek_points.append(content_frames)
+    else:
+        seek_points[-1] = min(content_frames, seek_points[-1])
+    return list(zip(seek_points[::2], seek_points[1::2], strict=True))
+
+
+@dataclass(frozen=True)
+class WindowSegments:
+    segments: list[dict[str, Any]]
+    seek_advance: int  # frames to move `seek` by
+
+
+def split_segments(
+    tokens: Sequence[int],
+    tokenizer: Tokenizer,
+    result: DecodingResult,
+    *,
+    seek: int,
+    segment_size: int,
+    input_stride: int,
+) -> WindowSegments:
+    """Cut one window's sampled tokens into segments at consecutive timestamp pairs.
+
+    Ending on a single timestamp means no speech after it: the whole window is consumed.
+    Otherwise the unfinished last segment is dropped and the next window starts at the
+    last timestamp. Without any pair, the window is one segment, ending at its last
+    timestamp when it has one (other than <|0.00|>).
+    """
+    tokens = np.array(tokens)
+    time_offset = float(seek * HOP_LENGTH / SAMPLE_RATE)
+    time_precision = input_stride * HOP_LENGTH / SAMPLE_RATE  # seconds per timestamp step
+    segment_duration = segment_size * HOP_LENGTH / SAMPLE_RATE
+    timestamp_begin = tokenizer.timestamp_begin
+
+    def new_segment(start: float, end: float, segment_tokens: np.ndarray) -> dict[str, Any]:
+        token_list = segment_tokens.tolist()
+        return {
+            "seek": seek,
+            "start": start,
+            "end": end,
+            "text": tokenizer.decode([t for t in token_list if t < tokenizer.eot]),
+            "tokens": token_list,
+            "temperature": result.temperature,
+            "avg_logprob": result.avg_logprob,
+            "compression_ratio": result.compression_ratio,
+            "no_speech_prob": result.no_speech_prob,
+        }
+
+    is_timestamp = tokens >= timestamp_begin
+    single_timestamp_ending = is_timestamp[-2:].tolist() == [False, True]
+    pair_ends = np.where(np.logical_and(is_timestamp[:-1], is_timestamp[1:]))[0] + 1
+
+    segments = []
+    if len(pair_ends) > 0:
+        cuts = pair_ends.tolist()
+        if single_timestamp_ending:
+            cuts.append(len(tokens))
+        last_cut = 0
+        for cut in cuts:
+            piece = tokens[last_cut:cut]
+            start_position = piece[0].item() - timestamp_begin
+            end_position = piece[-1].item() - timestamp_begin
+            segments.append(
+                new_segment(
+                    time_offset + start_position * time_precision, time_offset + end_position * time_precision, piece
+                )
+            )
+            last_cut = cut
+        if single_timestamp_ending:
+            advance = segment_size
+        else:
+            advance = (tokens[last_cut - 1].item() - timestamp_begin) * input_stride
+    else:
+        duration = segment_duration
+        timestamps = tokens[is_timestamp.nonzero()[0]]
+        if len(timestamps) > 0 and timestamps[-1].item() != timestamp_begin:
+            duration = (timestamps[-1].item() - timestamp_begin) * time_precision
+        segments.append(new_segment(time_offset, time_offset + duration, tokens))
+        advance = segment_size
+    return WindowSegments(segments, advance)
+
+
+def clear_empty_segments(segments: list[dict[str, Any]]) -> None:
+    """An instantaneous or blank segment keeps its times but loses its text and tokens."""
+    for segment in segments:
+        if segment["start"] == segment["end"] or segment["text"].strip() == "":
+            segment["text"] = ""
+            segment["tokens"] = []
+            segment["words"] = []
+
+
+def _format_timestamp(seconds: float) -> str:
+    milliseconds = round(seconds * 1000.0)
+    hours, milliseconds = divmod(milliseconds, 3_600_000)
+    minutes, milliseconds = divmod(milliseconds, 60_000)
+    seconds, milliseconds = divmod(milliseconds, 1_000)
+    hours_marker = f"{hours:02d}:" if hours > 0 else ""
+    return f"{hours_marker}{minutes:02d}:{seconds:02d}.{milliseconds:03d}"
+
+
+def transcribe(
+    model: Any,
+    audio: Any,
+    encoding: tiktoken.Encoding,
+    *,
+    verbose: bool | None = None,
+    temperature: float | tuple[float, ...] = DEFAULT_TEMPERATURES,
+    compression_ratio_threshold: float | None = 2.4,
+    logprob_threshold: float | None = -1.0,
+    no_speech_threshold: float | None = 0.6,
+    condition_on_previous_text: bool = True,
+    initial_prompt: str | None = None,
+    word_timestamps: bool = False,
+    clip_timestamps: str | Sequence[float] = "0",
+    fix_clip_start: bool = False,
+    observer: TranscribeObserver | None = None,
+    sampler: TemperatureSampler | None = None,
+    forced_calls: Sequence[ForcedCall] | None = None,
+    **decode_options: Any,
+) -> dict[str, Any]:
+    """Transcribe `audio` (a path or a 16 kHz waveform) with `model`, as mlx_whisper.transcribe.
+
+    `encoding` is the model's vocabulary (`tokenizer.load_encoding`). `decode_options` are
+    `DecodingOptions` fields. `observer` sees the Mel, each decode call's steps and
+    outcome. `forced_calls` replays a reference run: decode call i starts at
+    `forced_calls[i].seek`, runs at its temperature, is fed its tokens, and falls back as
+    the reference did; everything else is computed as usual.
+
+    Returns `{"text", "segments", "language"}`.
+    """
+    if word_timestamps:
+        raise NotImplementedError("word-level timestamps are not ported")
+    observer = observer or TranscribeObserver()
+    sampler = sampler or TemperatureSampler()
+    dtype = mx.float16 if decode_options.get("fp16", True) else mx.float32
+
+    # A whole window of zero padding after the clip, so every window can be sliced full.
+    mel = log_mel_spectrogram(audio, n_mels=model.dims.n_mels, padding=N_SAMPLES)
+    observer.on_mel(mel)
+    content_frames = mel.shape[-2] - N_FRAMES
+
+    if decode_options.get("language", None) is None:
+        if not model.is_multilingual:
+            decode_options["language"] = "en"
+        else:
+            if verbose:
+                print("Detecting language using up to the first 30 seconds.")
+            detector = get_tokenizer(encoding, multilingual=True, num_languages=model.num_languages)
+            _, probs = detect_language(model, pad_or_trim(mel, N_FRAMES, axis=-2).astype(dtype), detector)
+            decode_options["language"] = max(probs, key=probs.get)
+            if verbose is not None:
+                print(f"Detected language: {LANGUAGES[decode_options['language']].title()}")
+
+    language: str = decode_options["language"]
+    task: str = decode_options.get("task", "transcribe")
+    tokenizer = get_tokenizer(
+        encoding, multilingual=model.is_multilingual, num_languages=model.num_languages, language=language, task=task
+    )
+    seek_clips = parse_clip_timestamps(clip_timestamps, content_frames)
+    forced_cursor = 0  # the next reference decode call, when replaying one
+
+    def decode_with_fallback(segment: mx.array, seek: int, segment_size: int) -> DecodingResult:
+        temperatures = [temperature] if isinstance(temperature, int | float) else temperature
+        result = None
+        nonlocal forced_cursor
+        for t in temperatures:
+            forced = None
+            if forced_calls is not None:
+                if forced_cursor >= len(forced_calls):
+                    raise ValueError("teacher forcing: the reference run has no more decode calls")
+                forced = forced_calls[forced_cursor]
+                forced_cursor += 1
+                t = forced.temperature
+            kwargs = {**decode_options}
+            if t > 0:  # no beam search when sampling
+                kwargs.pop("beam_size", None)
+                kwargs.pop("patience", None)
+            else:  # no best-of when greedy
+                kwargs.pop("best_of", None)
+            result = decode(
+                model,
+                segment,
+                encoding,
+                DecodingOptions(**kwargs, temperature=t),
+                sampler=sampler,
+                observer=observer,
+                forced_tokens=forced.member_tokens if forced is not None else None,
+            )
+            fallback = needs_fallback(result, compression_ratio_threshold, logprob_threshold, no_speech_threshold)
+            observer.on_decode_call(seek, segment_size, result, fallback)
+            if forced is not None:
+                fallback = forced.needs_fallback
+            if not fallback:
+                break
+        return result
+
+    input_stride = N_FRAMES // model.dims.n_audio_ctx  # mel frames per audio position: 2
+    all_tokens: list[int] = []
+    all_segments: list[dict[str, Any]] = []
+    prompt_reset_since = 0
+    initial_prompt_tokens = tokenizer.encode(" " + initial_prompt.strip()) if initial_prompt is not None else []
+    all_tokens.extend(initial_prompt_tokens)
+
+    seek = seek_clips[0][0]
+    forced_done = False
+    for seek_clip_start, seek_clip_end in seek_clips:
+        if fix_clip_start:
+            seek = max(seek, seek_clip_start)
+        while seek < seek_clip_end and not forced_done:
+            if forced_calls is not None:  # follow the reference's windows
+                if forced_cursor >= len(forced_calls):
+                    forced_done = True
+                    break
+                seek = forced_calls[forced_cursor].seek
+            segment_size = min(N_FRAMES, content_frames - seek, seek_clip_end - seek)
+            mel_segment = mel[seek : seek + segment_size]
+            mel_segment = pad_or_trim(mel_segment, N_FRAMES, axis=-2).astype(dtype)
+
+            decode_options["prompt"] = all_tokens[prompt_reset_since:]
+            result = decode_with_fallback(mel_segment, seek, segment_size)
+
+            if should_skip(result, logprob_threshold, no_speech_threshold):
+                seek += segment_size  # silence: on to the next window
+                continue
+
+            window = split_segments(
+                result.tokens, tokenizer, result, seek=seek, segment_size=segment_size, input_stride=input_stride
+            )
+            seek += window.seek_advance
+            current_segments = window.segments
+
+            if verbose:
+                for segment in current_segments:
+                    start, end, text = segment["start"], segment["end"], segment["text"]
+                    print(f"[{_format_timestamp(start)} --> {_format_timestamp(end)}] {text}")
+
+            clear_empty_segments(current_segments)
+            all_segments.extend(
+                {"id": i, **segment} for i, segment in enumerate(current_segments, start=len(all_segments))
+            )
+            all_tokens.extend(token for segment in current_segments for token in segment["tokens"])
+
+            if not condition_on_previous_text or result.temperature > 0.5:
+                # text sampled at a high temperature is a poor prompt
+                prompt_reset_since = len(all_tokens)
+
+    return {
+        "text": tokenizer.decode(all_tokens[len(initial_prompt_tokens) :]),
+        "segments": all_segments,
+        "language": language,
+    }

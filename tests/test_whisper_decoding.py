@@ -1,0 +1,511 @@
+"""In-tree Whisper decoding stages: tokenizer ids, logit filters, decoder, ranker, fallback
+and segment rules, the decode loop and the seek loop, on synthetic vocabularies and a
+scripted fake model (no oracle venv, no weights). Bit parity with mlx-whisper on real
+weights is the harness's job; these pin the rules that decide its tokens.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import zlib
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from models.whisper import decoding, tokenizer
+from models.whisper.decoding import (
+    ApplyTimestampRules,
+    DecodeObserver,
+    DecodingOptions,
+    DecodingResult,
+    DecodingTask,
+    GreedyDecoder,
+    MaximumLikelihoodRanker,
+    SuppressBlank,
+    SuppressTokens,
+    compression_ratio,
+)
+from models.whisper.run import TranscriptionRecorder, fallback_reasons
+from models.whisper.transcribe import (
+    ForcedCall,
+    needs_fallback,
+    parse_clip_timestamps,
+    should_skip,
+    split_segments,
+    transcribe,
+)
+
+NEG_INF = -math.inf
+
+
+# --------------------------------------------------------------------------- vocabularies
+
+
+def synthetic_ranks(n: int) -> dict[bytes, int]:
+    """`n` byte-pair ranks: the 256 single bytes, then distinct two-byte tokens."""
+    ranks = {bytes([b]): b for b in range(256)}
+    for i in range(n - 256):
+        ranks[bytes([32 + i % 95, 33 + (i // 95) % 94]) + bytes([65 + i // (95 * 94)] * (i >= 95 * 94))] = 256 + i
+    assert len(ranks) == n
+    return ranks
+
+
+@pytest.fixture(scope="module")
+def gpt2_sized_ranks() -> dict[bytes, int]:
+    return synthetic_ranks(50256)
+
+
+@pytest.fixture(scope="module")
+def small_tokenizer() -> tokenizer.Tokenizer:
+    """English-only layout over the 256 bytes: eot 256, sot 257, timestamps from 264."""
+    encoding = tokenizer.build_encoding(synthetic_ranks(256), num_languages=0)
+    return tokenizer.get_tokenizer(encoding, multilingual=False, num_languages=0)
+
+
+def test_english_only_special_ids_equal_mlx_whisper(gpt2_sized_ranks):
+    # mlx-whisper 0.4.3 get_tokenizer(False, num_languages=99) on gpt2.tiktoken (tiny.en, n_vocab 51864)
+    encoding = tokenizer.build_encoding(gpt2_sized_ranks, num_languages=99)
+    tok = tokenizer.get_tokenizer(encoding, multilingual=False, num_languages=99, language="fr", task="translate")
+    assert encoding.n_vocab == 51864
+    assert (tok.language, tok.task, tok.sot_sequence) == (None, None, (50257,))
+    assert (tok.eot, tok.sot, tok.to_language_token("en"), tok.translate, tok.transcribe) == (
+        50256,
+        50257,
+        50258,
+        50357,
+        50358,
+    )
+    assert (tok.sot_lm, tok.sot_prev, tok.no_speech, tok.no_timestamps, tok.timestamp_begin) == (
+        50359,
+        50360,
+        50361,
+        50362,
+        50363,
+    )
+    assert tok.special_tokens["<|30.00|>"] == 51863
+    assert tok.sot_sequence_including_notimestamps == (50257, 50362)
+    assert len(tok.all_language_tokens) == 99 and tok.all_language_codes[:3] == ("en", "zh", "de")
+
+
+def test_multilingual_special_ids_equal_mlx_whisper(gpt2_sized_ranks):
+    # mlx-whisper 0.4.3 get_tokenizer(True, num_languages=100) on multilingual.tiktoken (large-v3, n_vocab 51866)
+    ranks = {**gpt2_sized_ranks, b"\xff\xfe\xfd": 50256}
+    encoding = tokenizer.build_encoding(ranks, num_languages=100)
+    default = tokenizer.get_tokenizer(encoding, multilingual=True, num_languages=100)
+    french = tokenizer.get_tokenizer(
+        encoding, multilingual=True, num_languages=100, language="French", task="translate"
+    )
+    assert encoding.n_vocab == 51866
+    assert (default.language, default.task, default.sot_sequence) == ("en", "transcribe", (50258, 50259, 50360))
+    assert french.sot_sequence == (50258, 50265, 50359)
+    assert (default.eot, default.no_speech, default.no_timestamps, default.timestamp_begin) == (
+        50257,
+        50363,
+        50364,
+        50365,
+    )
+    assert default.to_language_token("yue") == 50358
+    assert default.special_tokens["<|30.00|>"] == 51865
+    with pytest.raises(ValueError, match="Unsupported language"):
+        tokenizer.get_tokenizer(encoding, multilingual=True, num_languages=100, language="klingon")
+
+
+def _byte_level(token: bytes) -> str:
+    to_char = {b: c for c, b in tokenizer._byte_level_decoder().items()}
+    return "".join(to_char[b] for b in token)
+
+
+def test_vocabulary_files_give_the_same_ranks(tmp_path):
+    ranks = synthetic_ranks(300)
+    ordered = sorted(ranks, key=ranks.get)
+    (tmp_path / "tk").mkdir()
+    (tmp_path / "tk" / "gpt2.tiktoken").write_text(
+        "".join(f"{base64.b64encode(t).decode()} {ranks[t]}\n" for t in ordered)
+    )
+    (tmp_path / "ct2").mkdir()
+    specials = tokenizer.special_token_names(99)
+    (tmp_path / "ct2" / "vocabulary.txt").write_text("\n".join([*(_byte_level(t) for t in ordered), *specials]))
+    (tmp_path / "hf").mkdir()
+    vocab = {_byte_level(t): ranks[t] for t in ordered} | {"<|endoftext|>": len(ranks)}
+    (tmp_path / "hf" / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE", "vocab": vocab}}))
+    for name in ("tk", "ct2", "hf"):
+        assert tokenizer.read_ranks(tmp_path / name) == ranks, name
+    with pytest.raises(ValueError, match="vocabulary of 1908 tokens"):
+        tokenizer.load_encoding(tmp_path / "tk", 99, n_vocab=51864)
+
+
+def test_text_round_trips_and_timestamps_are_dropped_by_decode(small_tokenizer):
+    tok = small_tokenizer
+    ids = tok.encode(" The fox, 3.14!")
+    assert tok.decode(ids) == " The fox, 3.14!"
+    assert tok.decode([tok.timestamp_begin, *ids, tok.timestamp_begin + 50]) == " The fox, 3.14!"
+    assert tok.decode_with_timestamps([tok.timestamp_begin + 50]) == "<|1.00|>"
+    non_speech = set(tok.non_speech_tokens)
+    assert tok.encode(" -")[0] in non_speech and tok.encode("[")[0] in non_speech
+    assert tok.encode(".")[0] not in non_speech and tok.encode(",")[0] not in non_speech
+
+
+# --------------------------------------------------------------------------- logit filters
+
+
+def row(tok: tokenizer.Tokenizer, values: dict[int, float], default: float = 0.0) -> mx.array:
+    logits = np.full((1, tok.encoding.n_vocab), default, np.float32)
+    for token, value in values.items():
+        logits[0, token] = value
+    return mx.array(logits)
+
+
+def masked(logits: mx.array) -> set[int]:
+    return set(np.flatnonzero(np.isneginf(np.array(logits[0]))).tolist())
+
+
+def test_suppress_blank_only_at_the_first_sampled_position(small_tokenizer):
+    tok = small_tokenizer
+    blank = SuppressBlank(tok, sample_begin=3, n_vocab=tok.encoding.n_vocab)
+    logits = row(tok, {})
+    assert masked(blank.apply(logits, mx.array([[1, 2, 3]]))) == {*tok.encode(" "), tok.eot}
+    assert masked(blank.apply(logits, mx.array([[1, 2, 3, 4]]))) == set()
+
+
+def test_suppress_tokens_every_step(small_tokenizer):
+    tok = small_tokenizer
+    suppress = SuppressTokens([5, 7, tok.no_speech], tok.encoding.n_vocab)
+    assert masked(suppress.apply(row(tok, {}), mx.array([[1, 2, 3, 4]]))) == {5, 7, tok.no_speech}
+
+
+def test_timestamp_rules_first_token_is_an_early_timestamp(small_tokenizer):
+    tok = small_tokenizer
+    tb = tok.timestamp_begin
+    rules = ApplyTimestampRules(tok, sample_begin=1, max_initial_timestamp_index=50)
+    out = masked(rules.apply(row(tok, {}), mx.array([[tok.sot]])))
+    allowed = set(range(tok.encoding.n_vocab)) - out
+    assert allowed == set(range(tb, tb + 51))
+
+
+def test_timestamp_rules_pairs(small_tokenizer):
+    tok = small_tokenizer
+    tb = tok.timestamp_begin
+    rules = ApplyTimestampRules(tok, sample_begin=1, max_initial_timestamp_index=None)
+    n_vocab = tok.encoding.n_vocab
+    logits = row(tok, {65: 12.0})  # a clear text favourite, so the probability rule stays out
+    # timestamp, text, timestamp: a pair is open -> only timestamps or EOT
+    open_pair = masked(rules.apply(logits, mx.array([[tok.sot, tb, 65, tb + 10]])))
+    assert open_pair == set(range(tok.eot)) | {tok.no_timestamps}
+    # ... timestamp, timestamp: a pair just closed -> no timestamp
+    closed = masked(rules.apply(logits, mx.array([[tok.sot, tb, 65, tb + 10, tb + 10]])))
+    assert closed == set(range(tb, n_vocab)) | {tok.no_timestamps}
+    # text last: anything but <|notimestamps|>
+    assert masked(rules.apply(logits, mx.array([[tok.sot, tb, 65]]))) == {tok.no_timestamps}
+
+
+def test_timestamp_rules_force_a_timestamp_when_timestamps_are_likelier(small_tokenizer):
+    tok = small_tokenizer
+    tb = tok.timestamp_begin
+    rules = ApplyTimestampRules(tok, sample_begin=1, max_initial_timestamp_index=None)
+    tokens = mx.array([[tok.sot, tb, 65]])
+    # 1501 timestamps at 0 against text at 0 (and one text token at 5): timestamps win
+    forced = masked(rules.apply(row(tok, {65: 5.0}, default=0.0), tokens))
+    assert set(range(tb)) <= forced
+    text_wins = masked(rules.apply(row(tok, {65: 12.0}, default=0.0), tokens))
+    assert text_wins == {tok.no_timestamps}
+
+
+def test_monotonic_rule_is_off_as_in_mlx_whisper_and_on_when_fixed(small_tokenizer):
+    tok = small_tokenizer
+    tb = tok.timestamp_begin
+    tokens = mx.array([[tok.sot, tb + 20, 65, tb + 30, tb + 30, 66]])
+    logits = row(tok, {66: 9.0})
+    faithful = ApplyTimestampRules(tok, sample_begin=1, max_initial_timestamp_index=None)
+    assert not masked(faithful.apply(logits, tokens)) & set(range(tb, tb + 31))
+    fixed = ApplyTimestampRules(tok, sample_begin=1, max_initial_timestamp_index=None, fix_monotonic_timestamps=True)
+    assert set(range(tb, tb + 31)) <= masked(fixed.apply(logits, tokens))  # 0.00 .. 0.60 forbidden
+    # an open pair may close on the same timestamp (openai-whisper keeps timestamps[-1] itself)
+    open_pair = mx.array([[tok.sot, tb + 20, 65, tb + 30, tb + 30, 66, tb + 40]])
+    assert set(range(tb, tb + 40)) <= masked(fixed.apply(logits, open_pair))
+
+
+def test_filter_order_changes_the_choice(small_tokenizer):
+    """SuppressTokens before ApplyTimestampRules (mlx-whisper's order) makes the timestamp
+    probability rule compare against the remaining text tokens; the other order lets a
+    suppressed token's logit keep timestamps out. A swapped order must change the pick."""
+    tok = small_tokenizer
+    tb = tok.timestamp_begin
+    n_vocab = tok.encoding.n_vocab
+    tokens = mx.array([[tok.sot, tb, 65]])
+    values = np.full((1, n_vocab), -5.0, np.float32)
+    values[0, tb:] = 0.0  # the timestamps together: log(1501) = 7.3
+    values[0, 66], values[0, 67] = 9.0, 3.0
+    logits = mx.array(values)
+    suppress = SuppressTokens([66], n_vocab)
+    rules = ApplyTimestampRules(tok, sample_begin=1, max_initial_timestamp_index=None)
+
+    in_order = rules.apply(suppress.apply(logits, tokens), tokens)
+    swapped = suppress.apply(rules.apply(logits, tokens), tokens)
+    assert in_order.argmax().item() == tb  # 66 gone, 67 (3.0) loses to the timestamps
+    assert swapped.argmax().item() == 67  # 66 (9.0) kept text allowed, then was suppressed
+
+
+class FakeDims:
+    def __init__(self, n_vocab: int):
+        self.n_mels, self.n_audio_ctx, self.n_audio_state = 80, 1500, 4
+        self.n_vocab, self.n_text_ctx = n_vocab, 448
+
+
+class ScriptedModel:
+    """Stands in for Whisper: step i's logits put `script[i]` far ahead of the rest
+    (`spread` sets how far), and the first call marks `<|nospeech|>` at the SOT position."""
+
+    def __init__(self, tok: tokenizer.Tokenizer, script: list[int], spread: float = 10.0):
+        self.tok, self.script, self.spread = tok, script, spread
+        self.dims = FakeDims(tok.encoding.n_vocab)
+        self.is_multilingual, self.num_languages, self.dtype = False, 0, mx.float32
+        self.encoder_calls = 0
+
+    def embed_audio(self, mel: mx.array) -> mx.array:
+        self.encoder_calls += 1
+        return mx.zeros((mel.shape[0], self.dims.n_audio_ctx, self.dims.n_audio_state))
+
+    def logits(self, tokens: mx.array, audio_features: mx.array, kv_cache=None):
+        step = 0 if kv_cache is None else kv_cache
+        n_batch, n_tokens = tokens.shape
+        out = np.zeros((n_batch, n_tokens, self.dims.n_vocab), np.float32)
+        target = self.script[min(step, len(self.script) - 1)]
+        out[:, -1, target] = self.spread
+        if kv_cache is None:
+            out[:, 0, self.tok.no_speech] = 3.0
+        return mx.array(out), step + 1, [None]
+
+
+class StepLog(DecodeObserver):
+    def __init__(self):
+        self.steps: list[tuple[list[int], bool]] = []
+        self.begin = None
+
+    def on_decode_begin(self, initial_tokens, n_batch, temperature):
+        self.begin = (initial_tokens, n_batch, temperature)
+
+    def on_step(self, logits, tokens, kept):
+        self.steps.append((tokens.tolist(), kept))
+
+
+def test_decoding_task_filter_order(small_tokenizer):
+    model = ScriptedModel(small_tokenizer, [small_tokenizer.eot])
+    task = DecodingTask(model, DecodingOptions(fp16=False), small_tokenizer.encoding)
+    assert [type(f) for f in task.logit_filters] == [SuppressBlank, SuppressTokens, ApplyTimestampRules]
+    suppressed = set(np.flatnonzero(np.isneginf(np.array(task.logit_filters[1].mask))).tolist())
+    tok = small_tokenizer
+    expected = {*tok.non_speech_tokens, tok.transcribe, tok.translate, tok.sot, tok.sot_prev, tok.sot_lm, tok.no_speech}
+    assert suppressed == expected
+
+
+def test_decode_loop_runs_one_step_past_the_end(small_tokenizer):
+    tok = small_tokenizer
+    tb = tok.timestamp_begin
+    script = [tb, 65, 66, tb + 25, tok.eot]
+    model = ScriptedModel(tok, script)
+    log = StepLog()
+    mel = mx.zeros((3000, 80))
+    options = DecodingOptions(fp16=False, language="en", prefix=[70])  # SOT is not the last position
+    result = decoding.decode(model, mel, tok.encoding, options, observer=log)
+
+    assert result.tokens == [tb, 65, 66, tb + 25]
+    assert result.text == "AB"
+    assert log.begin == ((tok.sot, 70), 1, 0.0)
+    # five kept steps (the last one appends EOT) and one computed past the end, dropped
+    assert log.steps == [([t], True) for t in script] + [([tok.eot], False)]
+    # no-speech probability: softmax at the SOT position of the first call
+    n_vocab = tok.encoding.n_vocab
+    assert result.no_speech_prob == pytest.approx(math.exp(3.0) / (math.exp(3.0) + n_vocab - 1), rel=1e-5)
+    assert result.avg_logprob < 0 and result.compression_ratio == compression_ratio("AB")
+
+
+def test_teacher_forcing_feeds_the_given_tokens(small_tokenizer):
+    tok = small_tokenizer
+    tb = tok.timestamp_begin
+    model = ScriptedModel(tok, [tb, 65, 66, tb + 25, tok.eot])
+    mel = mx.zeros((3000, 80))
+    options = DecodingOptions(fp16=False, language="en")
+    free = decoding.decode(model, mel, tok.encoding, options)
+    replay = decoding.decode(model, mel, tok.encoding, options, forced_tokens=[free.tokens])
+    assert replay.tokens == free.tokens and replay.avg_logprob == free.avg_logprob
+    other = decoding.decode(model, mel, tok.encoding, options, forced_tokens=[[tb, 67, tb + 25]])
+    assert other.tokens == [tb, 67, tb + 25] and other.avg_logprob < free.avg_logprob
+
+
+def test_prompt_and_prefix_budgets(small_tokenizer):
+    tok = small_tokenizer
+    model = ScriptedModel(tok, [tok.eot])
+    prompt = [40 + i % 50 for i in range(300)]
+    task = DecodingTask(model, DecodingOptions(fp16=False, prompt=prompt, prefix=[70, 71]), tok.encoding)
+    # <|startofprev|>, the last n_ctx // 2 - 1 = 223 prompt tokens, SOT, then the prefix
+    assert task.initial_tokens == (tok.sot_prev, *prompt[77:], tok.sot, 70, 71)
+    assert (task.sample_begin, task.sot_index) == (227, 224)
+    no_ts = DecodingTask(model, DecodingOptions(fp16=False, without_timestamps=True), tok.encoding)
+    assert no_ts.initial_tokens == (tok.sot, tok.no_timestamps)
+    assert not any(isinstance(f, ApplyTimestampRules) for f in no_ts.logit_filters)
+
+
+# --------------------------------------------------------------------------- decoder, ranker, ratios
+
+
+def test_greedy_decoder_sums_until_eot_and_pads_with_eot():
+    decoder = GreedyDecoder(0.0, eot=3)
+    logits = mx.array([[0.0, 2.0, 1.0, 0.5], [0.0, 2.0, 1.0, 0.5]])
+    tokens = mx.array([[0, 1], [0, 3]])  # the second sequence already ended
+    sums = mx.zeros(2)
+    tokens, completed, sums = decoder.update(tokens, logits, sums)
+    expected = 2.0 - math.log(math.exp(0) + math.exp(2) + math.exp(1) + math.exp(0.5))
+    assert tokens.tolist() == [[0, 1, 1], [0, 3, 3]]
+    assert not completed.item()
+    assert sums.tolist()[0] == pytest.approx(expected, rel=1e-6) and sums.tolist()[1] == 0.0
+
+
+def test_greedy_decoder_adds_in_place_like_mlx_whisper():
+    """The step computed past the end updates the caller's sums in place (by 0 x logprob)."""
+    decoder = GreedyDecoder(0.0, eot=3)
+    sums = mx.array([-1.5])
+    decoder.update(mx.array([[0, 1]]), mx.array([[0.0, 2.0, 1.0, 0.5]]), sums)
+    assert sums.item() != -1.5
+
+
+def test_ranker_length_normalization_and_penalty():
+    tokens = [[[1] * 10, [1] * 2]]
+    sums = [[-5.0, -2.0]]
+    assert MaximumLikelihoodRanker(None).rank(tokens, sums) == [0]  # -0.5 beats -1.0
+    assert MaximumLikelihoodRanker(0.0).rank(tokens, sums) == [1]  # no length penalty: -2 beats -5
+
+
+def test_compression_ratio_is_zlib_level_6():
+    text = "the the the the the the the the the the the the the the"
+    data = text.encode()
+    assert compression_ratio(text) == len(data) / len(zlib.compress(data, 6))
+    assert compression_ratio(text) > 2.4 > compression_ratio("The quick brown fox jumps over the lazy dog.")
+
+
+def result_with(avg_logprob: float, ratio: float, no_speech: float, temperature: float = 0.0) -> DecodingResult:
+    return DecodingResult(
+        audio_features=mx.zeros((1,)),
+        language="en",
+        avg_logprob=avg_logprob,
+        compression_ratio=ratio,
+        no_speech_prob=no_speech,
+        temperature=temperature,
+    )
+
+
+@pytest.mark.parametrize(
+    ("avg_logprob", "ratio", "no_speech", "fallback", "skip", "reasons"),
+    [
+        (-0.2, 1.2, 0.1, False, False, []),
+        (-0.2, 2.5, 0.1, True, False, ["compression_ratio"]),
+        (-1.2, 1.2, 0.1, True, False, ["avg_logprob"]),
+        (-1.2, 2.5, 0.7, False, True, ["compression_ratio", "avg_logprob", "overridden_by_no_speech"]),
+        (-0.2, 1.2, 0.7, False, False, []),  # confident text despite the no-speech probability
+        (-1.0, 2.4, 0.6, False, False, []),  # thresholds are strict comparisons
+    ],
+)
+def test_fallback_and_silence_decisions(avg_logprob, ratio, no_speech, fallback, skip, reasons):
+    result = result_with(avg_logprob, ratio, no_speech)
+    assert needs_fallback(result, 2.4, -1.0, 0.6) is fallback
+    assert should_skip(result, -1.0, 0.6) is skip
+    thresholds = {"compression_ratio_threshold": 2.4, "logprob_threshold": -1.0, "no_speech_threshold": 0.6}
+    assert fallback_reasons(result, thresholds) == reasons
+    assert needs_fallback(result, None, None, None) is False and should_skip(result, -1.0, None) is False
+
+
+# --------------------------------------------------------------------------- segments and seeking
+
+
+def test_segments_at_timestamp_pairs_single_timestamp_ending(small_tokenizer):
+    tok = small_tokenizer
+    tb = tok.timestamp_begin
+    tokens = [tb, 65, 66, tb + 50, tb + 50, 67, tb + 100]
+    result = result_with(-0.3, 1.1, 0.01)
+    window = split_segments(tokens, tok, result, seek=150, segment_size=2000, input_stride=2)
+    assert window.seek_advance == 2000  # ends on a single timestamp: the window is done
+    assert [(s["seek"], s["start"], s["end"], s["text"], s["tokens"]) for s in window.segments] == [
+        (150, 1.5 + 0 * 0.02, 1.5 + 50 * 0.02, "AB", [tb, 65, 66, tb + 50]),
+        (150, 1.5 + 50 * 0.02, 1.5 + 100 * 0.02, "C", [tb + 50, 67, tb + 100]),
+    ]
+    assert window.segments[0]["avg_logprob"] == -0.3
+
+
+def test_segments_unfinished_tail_seeks_to_last_timestamp(small_tokenizer):
+    tok = small_tokenizer
+    tb = tok.timestamp_begin
+    window = split_segments(
+        [tb, 65, tb + 40, tb + 40, 66], tok, result_with(-0.3, 1.1, 0.01), seek=0, segment_size=3000, input_stride=2
+    )
+    assert [s["tokens"] for s in window.segments] == [[tb, 65, tb + 40]]
+    assert window.seek_advance == 80  # timestamp 40 x 2 frames per position
+
+
+def test_segment_without_pairs_ends_at_its_last_timestamp(small_tokenizer):
+    tok = small_tokenizer
+    tb = tok.timestamp_begin
+    result = result_with(-0.3, 1.1, 0.01)
+    one = split_segments([tb, 65, 66, tb + 40], tok, result, seek=100, segment_size=1234, input_stride=2)
+    assert [(s["start"], s["end"]) for s in one.segments] == [(1.0, 1.0 + 40 * 0.02)]
+    assert one.seek_advance == 1234
+    bare = split_segments([65, 66], tok, result, seek=100, segment_size=1234, input_stride=2)
+    assert [(s["start"], s["end"]) for s in bare.segments] == [(1.0, 1.0 + 1234 * 160 / 16000)]
+    empty = split_segments([], tok, result, seek=0, segment_size=300, input_stride=2)
+    assert [(s["tokens"], s["text"]) for s in empty.segments] == [([], "")]
+
+
+def test_clip_timestamps():
+    assert parse_clip_timestamps("0", 2000) == [(0, 2000)]
+    assert parse_clip_timestamps("", 2000) == [(0, 2000)]
+    assert parse_clip_timestamps("1.5,3,10", 2000) == [(150, 300), (1000, 2000)]
+    assert parse_clip_timestamps([1.0, 30.0], 2000) == [(100, 2000)]
+
+
+# --------------------------------------------------------------------------- the seek loop
+
+
+def test_transcribe_falls_back_on_repetition_and_records_calls(small_tokenizer):
+    tok = small_tokenizer
+    tb = tok.timestamp_begin
+    repetitive = [tb, *[65, 66] * 30, tb + 100, tok.eot]  # "ABAB..." compresses far above 2.4
+    model = ScriptedModel(tok, repetitive, spread=40.0)  # so sharp that sampling picks the same
+    audio = np.zeros(16000 * 2, np.float32)
+    recorder = TranscriptionRecorder(
+        {"compression_ratio_threshold": 2.4, "logprob_threshold": -1.0, "no_speech_threshold": 0.6}, 3, tok.eot
+    )
+    out = transcribe(model, audio, tok.encoding, temperature=(0.0, 0.5, 1.0), fp16=False, observer=recorder)
+    calls = recorder.decode_calls
+    assert [(c["seek"], c["temperature"], c["needs_fallback"], c["attempt"], c["kept"]) for c in calls] == [
+        (0, 0.0, True, 0, False),
+        (0, 0.5, True, 1, False),
+        (0, 1.0, True, 2, True),
+    ]
+    assert model.encoder_calls == 3  # each attempt encodes the window again
+    assert calls[0]["fallback_reasons"] == ["compression_ratio"] and calls[0]["lookahead_steps"] == 1
+    assert [len(c["member_tokens"][0]) for c in calls] == [len(repetitive) - 1] * 3
+    assert len(recorder.tokens) == sum(c["n_steps"] for c in calls) == 3 * len(repetitive)
+    # the clip is 2 s: one window of 200 content frames, kept as one segment ending at 2.00
+    assert [(s["seek"], s["start"], s["end"]) for s in out["segments"]] == [(0, 0.0, 2.0)]
+    assert out["segments"][0]["temperature"] == 1.0 and out["text"] == "AB" * 30
+
+    replay = TranscriptionRecorder(recorder.thresholds, 3, tok.eot)
+    forced = [ForcedCall(c["seek"], c["temperature"], c["member_tokens"], c["needs_fallback"]) for c in calls]
+    again = transcribe(
+        model, audio, tok.encoding, temperature=(0.0, 0.5, 1.0), fp16=False, observer=replay, forced_calls=forced
+    )
+    assert again == out and replay.decode_calls == calls
+
+
+def test_transcribe_skips_silence_and_resets_the_prompt(small_tokenizer):
+    tok = small_tokenizer
+    tb = tok.timestamp_begin
+    model = ScriptedModel(tok, [tb, tok.eot])
+    audio = np.zeros(16000, np.float32)
+    options = {"temperature": 0.0, "fp16": False, "no_speech_threshold": 1e-4, "prefix": [70]}
+    out = transcribe(model, audio, tok.encoding, **options)
+    # no text at all: avg_logprob is high (not skipped) -> one empty segment, cleared
+    assert out["segments"][0]["text"] == "" and out["segments"][0]["words"] == []
+    low = transcribe(model, audio, tok.encoding, logprob_threshold=0.0, **options)
+    assert low["segments"] == [] and low["text"] == ""
