@@ -412,7 +412,8 @@ class DecodingTask:
         if prefix := self.options.prefix:
             prefix_tokens = self.tokenizer.encode(" " + prefix.strip()) if isinstance(prefix, str) else prefix
             if self.sample_len is not None:
-                # Python slicing as the oracle does it: a budget <= 0 keeps a tail, not nothing.
+                # Sliced as the oracle does: with the default sample_len the budget is 0, and
+                # [-0:] keeps the whole prefix (a negative budget drops its head).
                 prefix_tokens = prefix_tokens[-(self.n_ctx // 2 - self.sample_len) :]
             tokens = tokens + list(prefix_tokens)
         if prompt := self.options.prompt:

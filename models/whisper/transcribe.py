@@ -221,7 +221,10 @@ def transcribe(
     condition_on_previous_text: bool = True,
     initial_prompt: str | None = None,
     word_timestamps: bool = False,
+    prepend_punctuations: str = "\"'“¿([{-",
+    append_punctuations: str = "\"'.。,，!！?？:：”)]}、",
     clip_timestamps: str | Sequence[float] = "0",
+    hallucination_silence_threshold: float | None = None,
     fix_clip_start: bool = False,
     observer: TranscribeObserver | None = None,
     sampler: TemperatureSampler | None = None,
@@ -235,6 +238,9 @@ def transcribe(
     outcome. `forced_calls` replays a reference run: decode call i starts at
     `forced_calls[i].seek`, runs at its temperature, is fed its tokens, and falls back as
     the reference did; everything else is computed as usual.
+
+    `prepend_punctuations`, `append_punctuations` and `hallucination_silence_threshold`
+    only act with word timestamps: accepted for mlx_whisper.transcribe's signature.
 
     Returns `{"text", "segments", "language"}`.
     """
