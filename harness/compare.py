@@ -137,16 +137,17 @@ class CheckResult:
         return asdict(self)
 
 
-def compare_steps(check: str, golden: ScenarioRecord, actual: ScenarioRecord, steps: range) -> CheckResult:
+def compare_steps(check: str, golden: ScenarioRecord, actual: ScenarioRecord, steps: Sequence[int]) -> CheckResult:
     """Compare logits rows `steps` bit for bit; report the first bad step in full."""
     per_step = []
     first: tuple[int, VectorDiff] | None = None
     n_bad = 0
-    if actual.logits.shape[0] < steps.stop:
+    needed = max(steps, default=-1) + 1
+    if actual.logits.shape[0] < needed:
         return CheckResult(
             check,
             False,
-            f"wrong tensor: in-tree produced {actual.logits.shape[0]} steps, expected {steps.stop}",
+            f"wrong tensor: in-tree produced {actual.logits.shape[0]} steps, expected {needed}",
             first_bad_step=actual.logits.shape[0],
         )
     histogram = np.zeros(len(ULP_BUCKETS), dtype=np.int64)
@@ -179,7 +180,7 @@ def compare_steps(check: str, golden: ScenarioRecord, actual: ScenarioRecord, st
     return CheckResult(
         check,
         False,
-        f"first differing step {step} ({n_bad}/{len(steps)} steps differ): {diff.explain()}",
+        f"first differing step {step}{_where(golden, step)} ({n_bad}/{len(steps)} steps differ): {diff.explain()}",
         first_bad_step=step,
         steps_compared=len(steps),
         steps_differing=n_bad,
@@ -198,7 +199,8 @@ def compare_tokens(check: str, golden: ScenarioRecord, actual: ScenarioRecord) -
             return CheckResult(
                 check,
                 False,
-                f"token trajectories diverge at step {step}: oracle {golden.tokens[step]} vs in-tree {got}; "
+                f"token trajectories diverge at step {step}{_where(golden, step)}: oracle {golden.tokens[step]} "
+                f"vs in-tree {got}; "
                 f"oracle top-2 margin there {margin:.6g} (top-2 {_fmt_top(top2)})",
                 first_bad_step=step,
                 steps_compared=n,
@@ -215,14 +217,45 @@ def compare_tokens(check: str, golden: ScenarioRecord, actual: ScenarioRecord) -
     return CheckResult(check, True, f"{n} greedy tokens identical", steps_compared=n)
 
 
+def _where(record: ScenarioRecord, row: int) -> str:
+    """` (turn 1 step 3)` for a multi-segment record; nothing for a plain one."""
+    if len(record.segments()) == 1 and record.segments()[0].batch == 1:
+        return ""
+    return f" ({record.describe_row(row)})"
+
+
 def _first_difference(a: Sequence, b: Sequence) -> int:
     """Index of the first differing item; the shorter length when one is a prefix of the other."""
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 def compare_prompt(check: str, golden: ScenarioRecord, actual: ScenarioRecord) -> CheckResult:
-    if golden.rendered_prompt != actual.rendered_prompt:
-        a, b = golden.rendered_prompt or "", actual.rendered_prompt or ""
+    """Rendered prompt and token ids identical; for turns and batch rows, each one's."""
+    for key in ("turns", "rows"):
+        if key in golden.extra:
+            mine = actual.extra.get(key, [])
+            if len(mine) != len(golden.extra[key]):
+                return CheckResult(check, False, f"{len(golden.extra[key])} {key} in the oracle, {len(mine)} in-tree")
+            for i, (g, a) in enumerate(zip(golden.extra[key], mine, strict=True)):
+                one = _prompt_difference(
+                    check, g["rendered_prompt"], g["prompt_ids"], a["rendered_prompt"], a["prompt_ids"]
+                )
+                if one is not None:
+                    one.summary = f"{key[:-1]} {i}: {one.summary}"
+                    return one
+            total = sum(len(g["prompt_ids"]) for g in golden.extra[key])
+            return CheckResult(check, True, f"{len(mine)} {key}' rendered prompts and {total} token ids identical")
+    one = _prompt_difference(
+        check, golden.rendered_prompt, golden.prompt_ids, actual.rendered_prompt, actual.prompt_ids
+    )
+    return one or CheckResult(check, True, f"rendered prompt and {len(golden.prompt_ids)} token ids identical")
+
+
+def _prompt_difference(
+    check: str, golden_text: str | None, golden_ids: list[int], actual_text: str | None, actual_ids: list[int]
+) -> CheckResult | None:
+    if golden_text != actual_text:
+        a, b = golden_text or "", actual_text or ""
         at = _first_difference(a, b)
         return CheckResult(
             check,
@@ -231,8 +264,8 @@ def compare_prompt(check: str, golden: ScenarioRecord, actual: ScenarioRecord) -
             f"in-tree {b[max(0, at - 20) : at + 20]!r} (lengths {len(a)} vs {len(b)})",
             details={"oracle": a, "intree": b},
         )
-    if golden.prompt_ids != actual.prompt_ids:
-        g, t = golden.prompt_ids, actual.prompt_ids
+    if golden_ids != actual_ids:
+        g, t = golden_ids, actual_ids
         at = _first_difference(g, t)
         return CheckResult(
             check,
@@ -241,13 +274,26 @@ def compare_prompt(check: str, golden: ScenarioRecord, actual: ScenarioRecord) -
             f"(lengths {len(g)} vs {len(t)})",
             details={"oracle": g, "intree": t},
         )
-    return CheckResult(check, True, f"rendered prompt and {len(golden.prompt_ids)} token ids identical")
+    return None
 
 
 def compare_eos(check: str, golden: ScenarioRecord, actual: ScenarioRecord) -> CheckResult:
     if sorted(golden.eos_ids) != sorted(actual.eos_ids):
         return CheckResult(
             check, False, f"EOS id sets differ: oracle {sorted(golden.eos_ids)} vs in-tree {sorted(actual.eos_ids)}"
+        )
+    if len(golden.segments()) > 1:
+        expected, got = golden.segment_eos_steps(), actual.segment_eos_steps()
+        if expected != got:
+            bad = next(i for i, (e, a) in enumerate(zip(expected, got, strict=False)) if e != a)
+            return CheckResult(
+                check,
+                False,
+                f"{golden.segments()[bad].label}: generation stops at different steps: oracle at {expected[bad]} vs "
+                f"in-tree at {got[bad]} (EOS ids {sorted(golden.eos_ids)}; None = no EOS within the steps run)",
+            )
+        return CheckResult(
+            check, True, f"EOS ids {sorted(golden.eos_ids)} identical; per segment both stop at {expected}"
         )
     if golden.eos_step != actual.eos_step:
         return CheckResult(
@@ -259,3 +305,76 @@ def compare_eos(check: str, golden: ScenarioRecord, actual: ScenarioRecord) -> C
         )
     where = f"at step {golden.eos_step}" if golden.eos_step is not None else "not within the steps run"
     return CheckResult(check, True, f"EOS ids {sorted(golden.eos_ids)} identical; both stop {where}")
+
+
+def compare_array(check: str, golden: ScenarioRecord, actual: ScenarioRecord, name: str) -> CheckResult:
+    """A named tensor (a log-mel, stacked encoder outputs) bit for bit; the first axis is explained.
+
+    For stacked arrays (3-D) each leading index is one segment: the first differing one is
+    reported in full, the others counted.
+    """
+    if name not in golden.arrays:
+        return CheckResult(check, False, f"the golden has no {name!r} tensor (it has {sorted(golden.arrays)})")
+    if name not in actual.arrays:
+        return CheckResult(check, False, f"wrong tensors: the in-tree record has no {name!r} tensor")
+    expected, got = golden.arrays[name], actual.arrays[name]
+    if expected.shape != got.shape or expected.dtype != got.dtype:
+        return CheckResult(check, False, diff_vectors(expected, got).explain())
+    parts = [expected] if expected.ndim < 3 else list(expected)
+    mine = [got] if got.ndim < 3 else list(got)
+    bad = [
+        i for i, (e, a) in enumerate(zip(parts, mine, strict=True)) if raw_bits(e).tobytes() != raw_bits(a).tobytes()
+    ]
+    what = f"{name} {'x'.join(map(str, expected.shape))} {expected.dtype}"
+    if not bad:
+        return CheckResult(check, True, f"{what}: bit-identical", steps_compared=len(parts))
+    first = bad[0]
+    diff = diff_vectors(parts[first].reshape(-1), mine[first].reshape(-1))
+    where = f" (index {first} of the first axis: {len(bad)}/{len(parts)} differ)" if expected.ndim >= 3 else ""
+    return CheckResult(
+        check,
+        False,
+        f"{what} differs{where}: {diff.explain()}",
+        first_bad_step=first,
+        steps_compared=len(parts),
+        steps_differing=len(bad),
+        details={"first_diff": asdict(diff)},
+    )
+
+
+def first_json_difference(expected: Any, actual: Any, path: str = "") -> tuple[str, Any, Any] | None:
+    """The first key path where two JSON values differ (floats by exact value, so bits), or None."""
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        for key in sorted(set(expected) | set(actual)):
+            if key not in expected or key not in actual:
+                return f"{path}.{key}", expected.get(key, "<absent>"), actual.get(key, "<absent>")
+            found = first_json_difference(expected[key], actual[key], f"{path}.{key}")
+            if found:
+                return found
+        return None
+    if isinstance(expected, list) and isinstance(actual, list):
+        for i, (e, a) in enumerate(zip(expected, actual, strict=False)):
+            found = first_json_difference(e, a, f"{path}[{i}]")
+            if found:
+                return found
+        if len(expected) != len(actual):
+            return f"{path} (length)", len(expected), len(actual)
+        return None
+    if type(expected) is not type(actual) or expected != actual:
+        # float != float covers NaN too: a NaN in a result is a difference worth reporting
+        return path or "(value)", expected, actual
+    return None
+
+
+def compare_json(check: str, what: str, expected: Any, actual: Any) -> CheckResult:
+    """Two JSON-shaped results (a transcript, fallback decisions, drafting stats) must be identical."""
+    found = first_json_difference(expected, actual)
+    if found is None:
+        return CheckResult(check, True, f"{what} identical")
+    path, e, a = found
+    return CheckResult(
+        check,
+        False,
+        f"{what} differs at {path.lstrip('.')}: oracle {e!r} vs in-tree {a!r}",
+        details={"path": path, "oracle": e, "intree": a},
+    )

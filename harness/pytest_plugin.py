@@ -78,7 +78,7 @@ class ProfileFile(pytest.File):
                     self, name=f"{scenario.id}::{check}", profile=profile, scenario=scenario, check=check
                 )
                 item.add_marker(pytest.mark.parity)
-                item.add_marker(getattr(pytest.mark, profile.tier))
+                item.add_marker(getattr(pytest.mark, profile.tier_of(scenario)))
                 item.add_marker(pytest.mark.xdist_group(f"{profile.name}:{scenario.id}"))
                 yield item
 
@@ -104,8 +104,8 @@ class ParityItem(pytest.Item):
             model=self.profile.name,
             scenario=self.scenario.id,
             check=self.check,
-            tier=self.profile.tier,
-            oracle=self.profile.oracle,
+            tier=self.profile.tier_of(self.scenario),
+            oracle=self.profile.oracle_of(self.scenario),
             outcome=outcome,
             summary=summary,
             seconds=round(seconds, 3),

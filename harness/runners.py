@@ -84,7 +84,11 @@ class OracleRunner:
 
 
 class InTreeRunner:
-    """Runs the in-tree universal Llama over a scenario spec, free-running or teacher-forced."""
+    """Runs the in-tree universal Llama over a scenario spec, free-running or teacher-forced.
+
+    Teacher-forced, every segment (the whole scenario, a turn, a batch row) is fed the
+    golden's tokens of that segment.
+    """
 
     def __init__(self, model_dir: Path, model_hook: ModelHook | None = None, label: str = ""):
         from models.universal import ChatTokenizer, load_model
@@ -99,7 +103,7 @@ class InTreeRunner:
         self.label = label
 
     def encode(self, spec: dict[str, Any]) -> tuple[str | None, list[int]]:
-        if spec["kind"] == "chat":
+        if spec.get("messages") is not None:
             # As mlx-lm's tokenizer wrapper renders (the oracle is mlx-lm, not transformers): with
             # no explicit enable_thinking it passes whether the vocabulary has thinking markers.
             rendered = self.tokenizer.render_chat_like_mlx_lm(
@@ -108,28 +112,104 @@ class InTreeRunner:
             return rendered, self.tokenizer.encode(rendered, add_special_tokens=False)
         return None, self.tokenizer.encode(spec["prompt"], add_special_tokens=True)
 
-    def run(self, spec: dict[str, Any], forced_tokens: list[int] | None = None) -> ScenarioRecord:
-        import mlx.core as mx
+    def run(self, spec: dict[str, Any], forced: ScenarioRecord | None = None) -> ScenarioRecord:
+        mode = "teacher_forced" if forced is not None else "free"
+        self._progress = (f"{self.label}{spec['id']} ({mode})", time.perf_counter())
+        if spec.get("turns") is not None:
+            return self._run_turns(spec, forced, mode)
+        if spec.get("batch") is not None:
+            return self._run_batch(spec, forced, mode)
+        rendered, prompt_ids = self.encode(spec)
+        forced_tokens = forced.tokens if forced is not None else None
+        if spec.get("composition") is not None:
+            from models.universal.composed import composed_steps
 
+            steps = composed_steps(
+                self.model,
+                prompt_ids,
+                spec["n_tokens"],
+                spec["composition"],
+                prefill_step_size=spec["prefill_step_size"],
+                forced_tokens=forced_tokens,
+            )
+            rows, tokens, infos = self._collect(steps, spec["n_tokens"])
+            extra = {"step_info": infos}
+        else:
+            rows, tokens, _ = self._collect(self._greedy(spec, prompt_ids, forced_tokens), spec["n_tokens"])
+            extra = {}
+        return self._record(spec, mode, rendered, prompt_ids, tokens, rows, extra)
+
+    def _greedy(self, spec: dict[str, Any], prompt_ids: list[int], forced_tokens: list[int] | None, **kw: Any):
         from models.universal import greedy_steps
 
-        rendered, prompt_ids = self.encode(spec)
-        n_tokens = spec["n_tokens"]
-        rows, tokens = [], []
-        started = time.perf_counter()
-        mode = "teacher_forced" if forced_tokens is not None else "free"
         options = {name: spec[name] for name in GENERATION_OPTIONS if spec.get(name) is not None}
-        for step in greedy_steps(
+        return greedy_steps(
             self.model,
             prompt_ids,
-            n_tokens,
+            spec["n_tokens"],
             prefill_step_size=spec["prefill_step_size"],
             forced_tokens=forced_tokens,
             **options,
-        ):
+            **kw,
+        )
+
+    def _collect(self, steps: Any, n_tokens: int, done: int = 0, total: int | None = None):
+        import mlx.core as mx
+
+        rows, tokens, infos = [], [], []
+        label, started = self._progress
+        for step in steps:
             rows.append(np.array(step.logits.astype(mx.float32)).reshape(-1))
             tokens.append(int(step.token))
-            progress.step(f"{self.label}{spec['id']} ({mode})", len(tokens), n_tokens, started)
+            infos.append(dict(getattr(step, "info", {}) or {}))
+            progress.step(label, done + len(tokens), total or n_tokens, started)
+        return rows, tokens, infos
+
+    def _run_turns(self, spec: dict[str, Any], forced: ScenarioRecord | None, mode: str) -> ScenarioRecord:
+        """mlx-lm's chat: one cache across turns, each turn's new messages rendered alone."""
+        n = spec["n_tokens"]
+        cache = self.model.make_cache(max_kv_size=spec.get("max_kv_size"))
+        rows, tokens, turns = [], [], []
+        for t, messages in enumerate(spec["turns"]):
+            rendered, prompt_ids = self.encode(
+                {"messages": messages, "template_kwargs": spec.get("template_kwargs", {})}
+            )
+            forced_turn = forced.tokens[t * n : (t + 1) * n] if forced is not None else None
+            turn_rows, turn_tokens, _ = self._collect(
+                self._greedy(spec, prompt_ids, forced_turn, cache=cache), n, len(tokens), n * len(spec["turns"])
+            )
+            turns.append(
+                {"rendered_prompt": rendered, "prompt_ids": prompt_ids, "n_steps": n, "row_offset": len(tokens)}
+            )
+            rows += turn_rows
+            tokens += turn_tokens
+        first = turns[0]
+        return self._record(spec, mode, first["rendered_prompt"], first["prompt_ids"], tokens, rows, {"turns": turns})
+
+    def _run_batch(self, spec: dict[str, Any], forced: ScenarioRecord | None, mode: str) -> ScenarioRecord:
+        """mlx-lm's batch generation: the rows decoded together, recorded row after row."""
+        from models.universal.batch import batch_greedy_steps
+
+        n = spec["n_tokens"]
+        encoded = [self.encode(row | {"template_kwargs": spec.get("template_kwargs", {})}) for row in spec["batch"]]
+        forced_rows = [forced.tokens[r * n : (r + 1) * n] for r in range(len(encoded))] if forced is not None else None
+        per_row = batch_greedy_steps(
+            self.model,
+            [ids for _, ids in encoded],
+            n,
+            prefill_step_size=spec["prefill_step_size"],
+            forced_tokens=forced_rows,
+        )
+        rows, tokens, meta = [], [], []
+        for (rendered, ids), steps in zip(encoded, per_row, strict=True):
+            row_rows, row_tokens, _ = self._collect(steps, n, len(tokens), n * len(encoded))
+            meta.append({"rendered_prompt": rendered, "prompt_ids": ids, "n_steps": n, "row_offset": len(tokens)})
+            rows += row_rows
+            tokens += row_tokens
+        first = meta[0]
+        return self._record(spec, mode, first["rendered_prompt"], first["prompt_ids"], tokens, rows, {"rows": meta})
+
+    def _record(self, spec, mode, rendered, prompt_ids, tokens, rows, extra) -> ScenarioRecord:
         return ScenarioRecord(
             scenario_id=spec["id"],
             rendered_prompt=rendered,
@@ -138,4 +218,50 @@ class InTreeRunner:
             logits=np.stack(rows),
             eos_ids=sorted(self.tokenizer.eos_token_ids),
             mode=mode,
+            extra=extra,
+        )
+
+
+class WhisperRunner:
+    """Runs the in-tree Whisper's transcribe over a speech scenario, free-running or teacher-forced.
+
+    Teacher-forced, each decode call is fed the golden's tokens for that call (and follows
+    the golden's windows and temperatures), so every logits row is judged on the oracle's path.
+    """
+
+    def __init__(self, model_dir: Path, model_hook: ModelHook | None = None, label: str = ""):
+        from models.whisper.load import load_model
+
+        try:
+            self.model = load_model(model_dir)
+        except ValueError as e:
+            raise InTreeLoadError(f"in-tree whisper cannot load {model_dir}: {e}") from None
+        if model_hook is not None:
+            model_hook(self.model)
+        self.model_dir = model_dir
+        self.label = label
+
+    def run(self, spec: dict[str, Any], forced: ScenarioRecord | None = None) -> ScenarioRecord:
+        from models.whisper.run import transcribe_record
+
+        mode = "teacher_forced" if forced is not None else "free"
+        with progress.task(f"{self.label}{spec['id']} ({mode}): in-tree transcribe"):
+            out = transcribe_record(
+                self.model,
+                self.model_dir,
+                spec["audio"],
+                dict(spec["options"]) | {"seed": spec["seed"]},
+                forced=forced.extra.get("decode_calls") if forced is not None else None,
+            )
+        calls = out["decode_calls"]
+        return ScenarioRecord(
+            scenario_id=spec["id"],
+            rendered_prompt=None,
+            prompt_ids=list(calls[0]["initial_tokens"]) if calls else [],
+            tokens=[int(t) for t in out["tokens"]],
+            logits=np.asarray(out["logits"], dtype=np.float32).reshape(len(out["tokens"]), -1),
+            eos_ids=sorted(int(t) for t in out["eos_ids"]),
+            mode=mode,
+            arrays={"mel": np.asarray(out["mel"]), "encoder": np.asarray(out["encoder"])},
+            extra={"decode_calls": calls, "transcript": out["transcript"]},
         )

@@ -17,29 +17,77 @@ from filelock import FileLock
 
 from harness import HARNESS_VERSION
 from harness.artifacts import ResolvedArtifact, resolve_artifact, sha256_file
-from harness.compare import CheckResult, compare_eos, compare_prompt, compare_steps, compare_tokens, diff_vectors
+from harness.compare import (
+    CheckResult,
+    compare_array,
+    compare_eos,
+    compare_json,
+    compare_prompt,
+    compare_steps,
+    compare_tokens,
+    diff_vectors,
+)
 from harness.errors import HarnessError, NonDeterministicError, OracleError, OracleVersionError
 from harness.paths import REPO_ROOT, cache_root, goldens_dir, oracles_dir
 from harness.profile import Profile, Scenario, find_profile
 from harness.provenance import device_facts
 from harness.records import ScenarioRecord
-from harness.runners import InTreeRunner, ModelHook, OracleRunner
+from harness.runners import InTreeRunner, ModelHook, OracleRunner, WhisperRunner
 from harness.store import Golden, GoldenStatus, GoldenStore
-from harness.venvs import ensure_oracle_env, pins_hash, pins_path
+from harness.venvs import ensure_oracle_env, pins_hash, read_pins
 
 # Which in-tree run each check judges: the free-running one or the teacher-forced one.
 CheckFn = Callable[[ScenarioRecord, ScenarioRecord], CheckResult]
+# What the speech gates compare of each decode call: every input and decision of the fallback ladder.
+FALLBACK_FIELDS = (
+    "seek",
+    "temperature",
+    "batch",
+    "initial_tokens",
+    "n_steps",
+    "avg_logprob",
+    "compression_ratio",
+    "no_speech_prob",
+    "needs_fallback",
+)
+
+
+def _decisions(record: ScenarioRecord) -> list[dict[str, Any]]:
+    return [{k: call.get(k) for k in FALLBACK_FIELDS} for call in record.extra.get("decode_calls", [])]
+
+
 CHECKS: dict[str, tuple[str, CheckFn]] = {
     "prompt_identity": ("free", lambda g, a: compare_prompt("prompt_identity", g, a)),
-    "prefill_logits": ("free", lambda g, a: compare_steps("prefill_logits", g, a, range(0, 1))),
-    "decode_logits": ("free", lambda g, a: compare_steps("decode_logits", g, a, range(1, len(g.tokens)))),
+    "prefill_logits": ("free", lambda g, a: compare_steps("prefill_logits", g, a, g.prefill_rows())),
+    "decode_logits": ("free", lambda g, a: compare_steps("decode_logits", g, a, g.decode_rows())),
     "teacher_forced_logits": (
         "teacher_forced",
         lambda g, a: compare_steps("teacher_forced_logits", g, a, range(0, len(g.tokens))),
     ),
     "greedy_tokens": ("free", lambda g, a: compare_tokens("greedy_tokens", g, a)),
     "eos_stop": ("free", lambda g, a: compare_eos("eos_stop", g, a)),
+    "mel": ("free", lambda g, a: compare_array("mel", g, a, "mel")),
+    "encoder_output": ("free", lambda g, a: compare_array("encoder_output", g, a, "encoder")),
+    "transcript": (
+        "free",
+        lambda g, a: compare_json("transcript", "transcript", g.extra.get("transcript"), a.extra.get("transcript")),
+    ),
+    "fallback_decisions": (
+        "free",
+        lambda g, a: compare_json(
+            "fallback_decisions", "decode calls and fallback decisions", _decisions(g), _decisions(a)
+        ),
+    ),
+    "draft_stats": (
+        "free",
+        lambda g, a: compare_json(
+            "draft_stats", "drafted/accepted counts", g.extra.get("step_info"), a.extra.get("step_info")
+        ),
+    ),
 }
+
+# Oracles whose generator imports another oracle's generator: both files are its code.
+SHARED_GENERATORS = {"mlx-optiq": ("mlx-lm",)}
 
 
 def harness_commit() -> str:
@@ -60,7 +108,7 @@ def oracle_pins_hash(oracle: str) -> str:
     """The pins hash of the oracle's venv, or of the external interpreter's installed versions."""
     if os.environ.get("MLX_PARITY_ORACLE_PYTHON"):
         return ensure_oracle_env(oracle).pins_hash
-    return pins_hash(pins_path(oracle).read_text())
+    return pins_hash(read_pins(oracle))
 
 
 def check_deterministic(label: str, first: ScenarioRecord, second: ScenarioRecord) -> None:
@@ -105,15 +153,22 @@ class ParitySession:
         return self._artifacts[profile.name]
 
     def provenance(self, profile: Profile, scenario: Scenario) -> dict[str, Any]:
-        """Everything a golden's bits depend on; any change makes the golden stale."""
+        """Everything a golden's bits depend on; any change makes the golden stale.
+
+        Tier and oracle are the scenario's: an L1 golden can never be read as an L2 one.
+        """
+        oracle = profile.oracle_of(scenario)
+        oracle_facts = {
+            "name": oracle,
+            "pins_hash": oracle_pins_hash(oracle),
+            "generator_sha256": sha256_file(oracles_dir() / oracle / "generate.py"),
+        }
+        for shared in SHARED_GENERATORS.get(oracle, ()):
+            oracle_facts[f"{shared}_generator_sha256"] = sha256_file(oracles_dir() / shared / "generate.py")
         return {
             "harness_version": HARNESS_VERSION,
-            "tier": profile.tier,
-            "oracle": {
-                "name": profile.oracle,
-                "pins_hash": oracle_pins_hash(profile.oracle),
-                "generator_sha256": sha256_file(oracles_dir() / profile.oracle / "generate.py"),
-            },
+            "tier": profile.tier_of(scenario),
+            "oracle": oracle_facts,
             "device": device_facts().as_dict(),
             "artifact": self.artifact(profile).provenance(),
             "scenario_hash": profile.scenario_hash(scenario),
@@ -150,8 +205,8 @@ class ParitySession:
                     manifest = store.read_manifest(profile.name, scenario.id) or {}
                     expected_blobs[scenario.id] = manifest.get("blobs", {})
                     todo.append(scenario)
-            if todo:
-                self._generate(profile, todo, expected_blobs)
+            for oracle in sorted({profile.oracle_of(s) for s in todo}):  # one generator run per oracle
+                self._generate(profile, [s for s in todo if profile.oracle_of(s) == oracle], expected_blobs)
             goldens = {
                 s.id: store.load(profile.name, s.id)
                 for s in profile.scenarios
@@ -169,20 +224,21 @@ class ParitySession:
 
     def _generate(self, profile: Profile, scenarios: list[Scenario], expected_blobs: dict[str, Any]) -> None:
         artifact = self.artifact(profile)
-        specs = [profile.scenario_spec(s) for s in scenarios]
-        environment, records, errors = self.oracle_runner(profile.oracle).run(artifact.model_dir, specs)
+        oracle = profile.oracle_of(scenarios[0])
+        specs = [runnable_spec(profile.scenario_spec(s)) for s in scenarios]
+        environment, records, errors = self.oracle_runner(oracle).run(artifact.model_dir, specs)
         for scenario in scenarios:
             if scenario.id in errors:
                 self._scenario_errors[(profile.name, scenario.id)] = OracleError(
-                    f"oracle {profile.oracle} cannot run {profile.name}/{scenario.id} on this machine "
+                    f"oracle {oracle} cannot run {profile.name}/{scenario.id} on this machine "
                     f"({device_facts().key}): {errors[scenario.id]}; no golden, nothing compared"
                 )
                 continue
             record = records[scenario.id]
-            record.validate(f"oracle record {profile.name}/{scenario.id}", profile.steps(scenario) + 1)
+            record.validate(f"oracle record {profile.name}/{scenario.id}", profile.expected_rows(scenario))
             extra = {
-                "tier": profile.tier,
-                "oracle": profile.oracle,
+                "tier": profile.tier_of(scenario),
+                "oracle": oracle,
                 "oracle_environment": environment,
                 "harness_commit": harness_commit(),
                 "scenario_spec": profile.scenario_spec(scenario),
@@ -206,9 +262,10 @@ class ParitySession:
 
     def runner(self, profile: Profile) -> InTreeRunner:
         if profile.name not in self._runners:
-            if profile.implementation != "universal-llama":
+            runners = {"universal-llama": InTreeRunner, "whisper": WhisperRunner}
+            if profile.implementation not in runners:
                 raise HarnessError(f"{profile.name}: no in-tree runner for implementation {profile.implementation!r}")
-            self._runners[profile.name] = InTreeRunner(
+            self._runners[profile.name] = runners[profile.implementation](
                 self.artifact(profile).model_dir, self.model_hook, label=f"{profile.name}/"
             )
         return self._runners[profile.name]
@@ -217,20 +274,21 @@ class ParitySession:
         """The in-tree record of a scenario, checked for determinism before any comparison."""
         key = (profile.name, scenario.id, mode)
         if key not in self._records:
-            golden_tokens = self.golden(profile, scenario).record.tokens
-            spec = profile.scenario_spec(scenario)
+            golden = self.golden(profile, scenario).record
+            spec = runnable_spec(profile.scenario_spec(scenario))
             free = self._run(profile, spec, None)
-            forced = self._run(profile, spec, golden_tokens)
+            forced = self._run(profile, spec, golden)
             # Fed the same tokens, two runs must agree bit for bit. When the free run followed the
             # oracle's tokens, the teacher-forced run is exactly such a repeat; otherwise repeat it.
-            repeat = forced if free.tokens == golden_tokens else self._run(profile, spec, None)
+            same_path = free.tokens == golden.tokens and free.extra.get("decode_calls") is None
+            repeat = forced if same_path else self._run(profile, spec, None)
             check_deterministic(f"{profile.name}/{scenario.id}", free, repeat)
             self._records[(profile.name, scenario.id, "free")] = free
             self._records[(profile.name, scenario.id, "teacher_forced")] = forced
         return self._records[key]
 
-    def _run(self, profile: Profile, spec: dict[str, Any], forced: list[int] | None) -> ScenarioRecord:
-        record = self.runner(profile).run(spec, forced_tokens=forced)
+    def _run(self, profile: Profile, spec: dict[str, Any], forced: ScenarioRecord | None) -> ScenarioRecord:
+        record = self.runner(profile).run(spec, forced=forced)
         record.validate(f"in-tree record {profile.name}/{spec['id']} ({record.mode})")
         return record
 
@@ -242,6 +300,13 @@ class ParitySession:
         mode, fn = CHECKS[check]
         golden = self.golden(profile, scenario)
         return fn(golden.record, self.intree(profile, scenario, mode))
+
+
+def runnable_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec as a runner needs it: an audio path made absolute (the hash keeps it relative)."""
+    if spec.get("audio"):
+        return spec | {"audio": str(REPO_ROOT / spec["audio"])}
+    return spec
 
 
 def model_provenance(name: str) -> dict[str, Any]:
@@ -262,6 +327,8 @@ def model_provenance(name: str) -> dict[str, Any]:
             "manifest": str(session.store.manifest_path(profile.name, scenario.id).relative_to(REPO_ROOT))
             if session.store.manifest_path(profile.name, scenario.id).is_relative_to(REPO_ROOT)
             else str(session.store.manifest_path(profile.name, scenario.id)),
+            "tier": profile.tier_of(scenario),
+            "oracle": profile.oracle_of(scenario),
             "blobs": {k: v["sha256"] for k, v in manifest.get("blobs", {}).items()},
             "oracle_environment": manifest.get("oracle_environment", {}),
         }
@@ -269,6 +336,9 @@ def model_provenance(name: str) -> dict[str, Any]:
         "tier": profile.tier,
         "oracle": profile.oracle,
         "oracle_pins_hash": oracle_pins_hash(profile.oracle),
+        "oracles": {
+            oracle: oracle_pins_hash(oracle) for oracle in sorted({profile.oracle_of(s) for s in profile.scenarios})
+        },
         "artifact": artifact.provenance(),
         "ran_twin": "twin" in artifact.identity,
         "goldens": goldens,

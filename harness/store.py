@@ -114,8 +114,16 @@ class GoldenStore:
         manifest = self.read_manifest(profile, scenario_id)
         if manifest is None:
             raise GoldenError(f"missing golden {path}")
-        logits = self._read_blob(manifest["blobs"]["logits"], path)
-        record = ScenarioRecord.from_meta(manifest["record"], logits, str(path))
+        blobs = manifest.get("blobs", {})
+        if "logits" not in blobs:
+            raise GoldenError(f"corrupted golden manifest {path}: no 'logits' blob")
+        logits = self._read_blob(blobs["logits"], path)
+        names = manifest["record"].get("arrays", [])
+        missing = [n for n in names if n not in blobs]
+        if missing:
+            raise GoldenError(f"corrupted golden manifest {path}: record names arrays {missing} without blobs")
+        arrays = {name: self._read_blob(blobs[name], path) for name in names}
+        record = ScenarioRecord.from_meta(manifest["record"], logits, str(path), arrays)
         record.validate(str(path))
         return Golden(manifest_path=path, manifest=manifest, record=record)
 
@@ -165,7 +173,9 @@ class GoldenStore:
         must hash to the recorded ones: the golden is reproduced, or it is an error and the
         tracked manifest stays as it is.
         """
-        blobs = {"logits": self.put_blob(record.logits)}
+        blobs = {"logits": self.put_blob(record.logits)} | {
+            name: self.put_blob(array) for name, array in sorted(record.arrays.items())
+        }
         path = self.manifest_path(profile, scenario_id)
         if expect_blobs is not None:
             for name, ref in expect_blobs.items():

@@ -24,6 +24,9 @@ from harness.errors import OracleError, OracleVersionError
 from harness.paths import cache_root, oracles_dir
 from harness.progress import progress
 
+# The distributions whose versions identify an oracle interpreter.
+ORACLE_DISTRIBUTIONS = ("mlx", "mlx-lm", "mlx-whisper", "mlx-optiq", "transformers")
+
 _VERSIONS_SNIPPET = (
     "import importlib.metadata as m, json, sys\n"
     "out = {}\n"
@@ -78,6 +81,21 @@ def pins_path(oracle: str) -> Path:
     return path
 
 
+def nodeps_pins_path(oracle: str) -> Path:
+    """Optional second pin file, installed with `--no-deps` after the first (a package whose
+    declared dependencies are far wider than what the oracle imports, e.g. mlx-optiq)."""
+    return oracles_dir() / oracle / "requirements-nodeps.txt"
+
+
+def read_pins(oracle: str) -> str:
+    """Everything the venv is built from: both pin files (the second marked as such)."""
+    pins = pins_path(oracle).read_text()
+    nodeps = nodeps_pins_path(oracle)
+    if nodeps.is_file():
+        pins += "\n# --no-deps\n" + nodeps.read_text()
+    return pins
+
+
 def pins_hash(pins: str) -> str:
     """Hash of what determines the venv: the pins and the interpreter they install into."""
     basis = f"{pins}\n{sys.version_info[:2]}\n{platform.machine()}\n{sys.platform}"
@@ -91,7 +109,7 @@ def ensure_oracle_env(oracle: str) -> OracleEnv:
     instead, for machines with no package index (the lent GPU machine). Its installed versions,
     not the pins, then identify it; the mlx check applies all the same.
     """
-    pins = pins_path(oracle).read_text()
+    pins = read_pins(oracle)
     external = os.environ.get("MLX_PARITY_ORACLE_PYTHON")
     if external:
         env = OracleEnv(
@@ -102,7 +120,7 @@ def ensure_oracle_env(oracle: str) -> OracleEnv:
             external_python=Path(external),
             external_path=os.environ.get("MLX_PARITY_ORACLE_PYTHONPATH", ""),
         )
-        versions = json.dumps(env.versions("mlx", "mlx-lm", "transformers"), sort_keys=True)
+        versions = json.dumps(env.versions(*ORACLE_DISTRIBUTIONS), sort_keys=True)
         return dataclasses.replace(env, pins_hash="external-" + hashlib.sha256(versions.encode()).hexdigest()[:12])
     digest = pins_hash(pins)
     root = cache_root() / "venvs" / f"{oracle}-{digest}"
@@ -125,10 +143,10 @@ def _build(env: OracleEnv) -> None:
     log.parent.mkdir(parents=True, exist_ok=True)
     with progress.task(f"building oracle venv {env.name} (pins {env.pins_hash})"):
         with open(log, "w") as out:
-            steps = [
-                [sys.executable, "-m", "venv", str(tmp)],
-                [str(tmp / "bin" / "python"), "-m", "pip", "install", "--no-input", "-r", str(pins_path(env.name))],
-            ]
+            pip = [str(tmp / "bin" / "python"), "-m", "pip", "install", "--no-input"]
+            steps = [[sys.executable, "-m", "venv", str(tmp)], [*pip, "-r", str(pins_path(env.name))]]
+            if nodeps_pins_path(env.name).is_file():
+                steps.append([*pip, "--no-deps", "-r", str(nodeps_pins_path(env.name))])
             for cmd in steps:
                 out.write(f"$ {' '.join(cmd)}\n")
                 out.flush()
@@ -148,7 +166,7 @@ def _build(env: OracleEnv) -> None:
 
 def check_same_mlx(env: OracleEnv, project_mlx: str) -> dict[str, str | None]:
     """Refuse to go on when the oracle's mlx differs from the project's: bits would not compare."""
-    versions = env.versions("mlx", "mlx-lm", "mlx-cpu", "transformers")
+    versions = env.versions(*ORACLE_DISTRIBUTIONS, "mlx-cpu")
     oracle_mlx = versions.get("mlx")
     if oracle_mlx != project_mlx:
         raise OracleVersionError(

@@ -34,7 +34,7 @@ def judge(session: ParitySession, scenario_id: str, check: str, runner: InTreeRu
     mode, fn = CHECKS[check]
     runner = runner or session.runner(profile)
     spec = profile.scenario_spec(scenario) | spec_edits
-    record = runner.run(spec, forced_tokens=golden.tokens if mode == "teacher_forced" else None)
+    record = runner.run(spec, forced=golden if mode == "teacher_forced" else None)
     return fn(golden, record)
 
 
