@@ -159,7 +159,7 @@ def chat_turn_steps(
         raise ValueError(f"forced_tokens: {len(forced_tokens)} turns given, {len(turn_prompts)} expected")
     if not _is_int(n_tokens) or n_tokens < 1:
         raise ValueError(f"n_tokens: must be a positive int, got {n_tokens!r}")
-    _check_options(model, model.config.vocab_size, None, None, 64, 0, max_kv_size)
+    _check_max_kv_size(max_kv_size)
     cache = model.make_cache(max_kv_size=max_kv_size)
     turns = []
     for t, prompt_ids in enumerate(turn_prompts):
@@ -215,6 +215,10 @@ def _check_options(
             f"kv_group_size: {kv_group_size} does not divide the head dim {model.config.attention_head_dim}, "
             "so the keys cannot be quantized"
         )
+    _check_max_kv_size(max_kv_size)
+
+
+def _check_max_kv_size(max_kv_size: int | None) -> None:
     if max_kv_size is not None and (not _is_int(max_kv_size) or max_kv_size <= ROTATING_KEEP):
         raise ValueError(
             f"max_kv_size: must be None or an int above the {ROTATING_KEEP} always-kept positions, got {max_kv_size!r}"
