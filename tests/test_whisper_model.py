@@ -229,6 +229,16 @@ def test_logits_depend_on_the_audio(mini_model: Whisper, tone_features: mx.array
     assert np.abs(a - b).max() > 0.1
 
 
+def test_mini_twin_greedy_decoding_is_varied(mini_model: Whisper, tone_features: mx.array) -> None:
+    """The twin's init keeps greedy decoding from repeating one token (see harness/twins/whisper.py)."""
+    tokens, cache, picked = mx.array([[50258, 50259, 50360, 50364]]), None, []
+    for _ in range(10):
+        logits, cache, _ = mini_model.logits(tokens, tone_features, kv_cache=cache)
+        picked.append(int(logits[0, -1].argmax()))
+        tokens = mx.array([picked[-1:]])
+    assert len(set(picked)) >= 5, picked
+
+
 def test_model_is_deterministic(mini_dir: Path, tone_mel: mx.array) -> None:
     tokens = mx.array([[50258, 50259, 50360, 50364]])
     runs = [load_model(mini_dir)(tone_mel, tokens) for _ in range(2)]

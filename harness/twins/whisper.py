@@ -28,6 +28,13 @@ Decisions a reader should know:
   or zero, so a dropped norm weight or bias changes the numbers. The token embedding,
   tied to the output, has std `EMBEDDING_GAIN / sqrt(width)`, which sets the logits'
   spread (a few units, like a trained model's).
+- Tied random embeddings make greedy decoding repeat one token: a large token embedding
+  feeds its own logit back, a small one leaves the (constant) audio context in charge.
+  So what changes from step to step is the position: the positional table is N(0,
+  `POSITION_STD`^2), the largest part of the decoder's stream; the cross-attention output
+  has a gain of `CROSS_ATTENTION_GAIN` (not the residual 1/sqrt scaling), so the audio
+  still moves the logits. Greedy decoding of speech and of silence then gives varied,
+  different token sequences instead of one token repeated.
 - `alignment_heads` travels in the weights as mlx-whisper's converter stores it, with
   openai-whisper's large-v3-turbo list ([[2, 4], [2, 11], [3, 3], [3, 6], [3, 11],
   [3, 14]], decoded from its `_ALIGNMENT_HEADS` dump). Whether the mlx-community file
@@ -52,6 +59,8 @@ from harness.profile import ArtifactSpec
 from models.whisper.model import ModelDimensions
 
 EMBEDDING_GAIN = 3.0
+POSITION_STD = 2.0
+CROSS_ATTENTION_GAIN = 2.4
 NORM_JITTER = 0.1
 BIAS_STD = 0.02
 WEIGHT_DTYPES = {"float32": np.float32, "float16": np.float16}
@@ -148,7 +157,7 @@ def _block(prefix: str, n: int, residual_gain: float, cross: bool) -> list[Tenso
         tensors += _linear(f"{prefix}.cross_attn.query", n, n)
         tensors += _linear(f"{prefix}.cross_attn.key", n, n, bias=False)
         tensors += _linear(f"{prefix}.cross_attn.value", n, n)
-        tensors += _linear(f"{prefix}.cross_attn.out", n, n, residual_gain)
+        tensors += _linear(f"{prefix}.cross_attn.out", n, n, CROSS_ATTENTION_GAIN)
     tensors += _norm(f"{prefix}.mlp_ln", n)
     tensors += _linear(f"{prefix}.mlp1", 4 * n, n)
     tensors += _linear(f"{prefix}.mlp2", n, 4 * n, residual_gain)
@@ -171,7 +180,7 @@ def plan_tensors(dims: ModelDimensions) -> list[TensorInit]:
     embedding_std = EMBEDDING_GAIN * text**-0.5
     tensors += [
         TensorInit("decoder.token_embedding.weight", (dims.n_vocab, text), embedding_std),
-        TensorInit("decoder.positional_embedding", (dims.n_text_ctx, text), embedding_std),
+        TensorInit("decoder.positional_embedding", (dims.n_text_ctx, text), POSITION_STD),
     ]
     decoder_gain = (3 * dims.n_text_layer) ** -0.5
     for i in range(dims.n_text_layer):
