@@ -167,24 +167,24 @@ class InTreeRunner:
 
     def _run_turns(self, spec: dict[str, Any], forced: ScenarioRecord | None, mode: str) -> ScenarioRecord:
         """mlx-lm's chat: one cache across turns, each turn's new messages rendered alone."""
+        from models.universal import chat_turn_steps
+
         n = spec["n_tokens"]
-        cache = self.model.make_cache(max_kv_size=spec.get("max_kv_size"))
-        rows, tokens, turns = [], [], []
-        for t, messages in enumerate(spec["turns"]):
-            rendered, prompt_ids = self.encode(
-                {"messages": messages, "template_kwargs": spec.get("template_kwargs", {})}
-            )
-            forced_turn = forced.tokens[t * n : (t + 1) * n] if forced is not None else None
-            turn_rows, turn_tokens, _ = self._collect(
-                self._greedy(spec, prompt_ids, forced_turn, cache=cache), n, len(tokens), n * len(spec["turns"])
-            )
-            turns.append(
-                {"rendered_prompt": rendered, "prompt_ids": prompt_ids, "n_steps": n, "row_offset": len(tokens)}
-            )
-            rows += turn_rows
-            tokens += turn_tokens
-        first = turns[0]
-        return self._record(spec, mode, first["rendered_prompt"], first["prompt_ids"], tokens, rows, {"turns": turns})
+        encoded = [
+            self.encode({"messages": messages, "template_kwargs": spec.get("template_kwargs", {})})
+            for messages in spec["turns"]
+        ]
+        forced_turns = [forced.tokens[t * n : (t + 1) * n] for t in range(len(encoded))] if forced else None
+        options = {name: spec[name] for name in GENERATION_OPTIONS if spec.get(name) is not None}
+        per_turn = chat_turn_steps(
+            self.model,
+            [ids for _, ids in encoded],
+            n,
+            prefill_step_size=spec["prefill_step_size"],
+            forced_tokens=forced_turns,
+            **options,
+        )
+        return self._segments_record(spec, mode, encoded, per_turn, "turns")
 
     def _run_batch(self, spec: dict[str, Any], forced: ScenarioRecord | None, mode: str) -> ScenarioRecord:
         """mlx-lm's batch generation: the rows decoded together, recorded row after row."""
@@ -200,14 +200,18 @@ class InTreeRunner:
             prefill_step_size=spec["prefill_step_size"],
             forced_tokens=forced_rows,
         )
+        return self._segments_record(spec, mode, encoded, per_row, "rows")
+
+    def _segments_record(self, spec, mode, encoded, per_segment, key: str) -> ScenarioRecord:
+        n = spec["n_tokens"]
         rows, tokens, meta = [], [], []
-        for (rendered, ids), steps in zip(encoded, per_row, strict=True):
-            row_rows, row_tokens, _ = self._collect(steps, n, len(tokens), n * len(encoded))
+        for (rendered, ids), steps in zip(encoded, per_segment, strict=True):
+            seg_rows, seg_tokens, _ = self._collect(steps, n, len(tokens), n * len(encoded))
             meta.append({"rendered_prompt": rendered, "prompt_ids": ids, "n_steps": n, "row_offset": len(tokens)})
-            rows += row_rows
-            tokens += row_tokens
+            rows += seg_rows
+            tokens += seg_tokens
         first = meta[0]
-        return self._record(spec, mode, first["rendered_prompt"], first["prompt_ids"], tokens, rows, {"rows": meta})
+        return self._record(spec, mode, first["rendered_prompt"], first["prompt_ids"], tokens, rows, {key: meta})
 
     def _record(self, spec, mode, rendered, prompt_ids, tokens, rows, extra) -> ScenarioRecord:
         return ScenarioRecord(

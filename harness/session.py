@@ -28,6 +28,13 @@ from harness.compare import (
     diff_vectors,
 )
 from harness.errors import HarnessError, NonDeterministicError, OracleError, OracleVersionError
+from harness.localize import (
+    Localization,
+    can_localize,
+    first_divergence,
+    intree_module_outputs,
+    oracle_module_outputs,
+)
 from harness.paths import REPO_ROOT, cache_root, goldens_dir, oracles_dir
 from harness.profile import Profile, Scenario, find_profile
 from harness.provenance import device_facts
@@ -86,6 +93,15 @@ CHECKS: dict[str, tuple[str, CheckFn]] = {
     ),
 }
 
+# Logits gates whose failures are localized to a module.
+LOGITS_CHECKS = ("prefill_logits", "decode_logits", "teacher_forced_logits")
+
+
+def localize_enabled() -> bool:
+    """`MLX_PARITY_LOCALIZE=0` skips localization (it costs one more run of each side)."""
+    return os.environ.get("MLX_PARITY_LOCALIZE", "1") != "0"
+
+
 # Oracles whose generator imports another oracle's generator: both files are its code.
 SHARED_GENERATORS = {"mlx-optiq": ("mlx-lm",)}
 
@@ -137,6 +153,7 @@ class ParitySession:
     # rather than running the oracle again for each one.
     _golden_errors: dict[str, HarnessError] = field(default_factory=dict)
     _scenario_errors: dict[tuple[str, str], HarnessError] = field(default_factory=dict)
+    _localizations: dict[tuple[str, str, int], Localization | None] = field(default_factory=dict)
 
     @property
     def store(self) -> GoldenStore:
@@ -299,7 +316,28 @@ class ParitySession:
             raise HarnessError(f"{profile.name}/{scenario.id}: unknown check {check!r}; known: {sorted(CHECKS)}")
         mode, fn = CHECKS[check]
         golden = self.golden(profile, scenario)
-        return fn(golden.record, self.intree(profile, scenario, mode))
+        result = fn(golden.record, self.intree(profile, scenario, mode))
+        if not result.passed and check in LOGITS_CHECKS and result.first_bad_step is not None and localize_enabled():
+            where = self.localize(profile, scenario, result.first_bad_step)
+            if where is not None:
+                result.summary += f"; {where.explain()}"
+                result.details["localization"] = where.as_dict()
+        return result
+
+    def localize(self, profile: Profile, scenario: Scenario, row: int) -> Localization | None:
+        """The first module whose output differs on the model call of `row` (memoized)."""
+        key = (profile.name, scenario.id, row)
+        if key not in self._localizations:
+            spec = runnable_spec(profile.scenario_spec(scenario))
+            oracle = profile.oracle_of(scenario)
+            if profile.implementation != "universal-llama" or not can_localize(spec, oracle):
+                self._localizations[key] = None
+            else:
+                golden = self.golden(profile, scenario).record
+                expected = oracle_module_outputs(oracle, self.artifact(profile).model_dir, spec, row)
+                actual = intree_module_outputs(self.runner(profile), spec, golden, row)
+                self._localizations[key] = first_divergence(expected, actual, row)
+        return self._localizations[key]
 
 
 def runnable_spec(spec: dict[str, Any]) -> dict[str, Any]:

@@ -37,6 +37,9 @@ def test_rmsnorm_eps_perturbation_fails_from_the_prefill() -> None:
         assert not results[check].passed and results[check].first_bad_step == 0, results[check].summary
         assert "first differing step 0" in results[check].summary and "max ULP" in results[check].summary
     assert not results["decode_logits"].passed and results["decode_logits"].first_bad_step == 1
+    # Localized: the first module whose output differs is layer 0's input norm (eps changed there first).
+    where = results["prefill_logits"].details["localization"]
+    assert where["module"] == "model.layers.0.input_layernorm", where
 
 
 def test_one_ulp_in_one_weight_is_caught() -> None:
@@ -49,6 +52,8 @@ def test_one_ulp_in_one_weight_is_caught() -> None:
     results = judge(hook, "chat", "prefill_logits", "teacher_forced_logits")
     for result in results.values():
         assert not result.passed and result.first_bad_step == 0, result.summary
+        # Every module before it agrees bit for bit; the perturbed norm is named.
+        assert "first diverging module: model.layers.29.post_attention_layernorm" in result.summary, result.summary
 
 
 def test_a_fault_that_starts_mid_decode_is_located_at_its_step() -> None:
@@ -81,3 +86,7 @@ def test_a_fault_that_starts_mid_decode_is_located_at_its_step() -> None:
         assert not result.passed and result.first_bad_step == first_bad, result.summary
         diff = result.details["first_step_diff"]
         assert diff["n_differing"] == 1 and diff["first_index"] == 123
+        # The fault is added after the model graph: every tapped module agrees, and the report says so.
+        where = result.details["localization"]
+        assert where["module"] is None and where["row"] == first_bad, where
+        assert "outside the model graph" in result.summary

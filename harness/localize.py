@@ -1,0 +1,118 @@
+"""Divergence localization: which module first computes different bits, on the failing step.
+
+When a logits gate fails at row s, both sides re-run the scenario with module taps
+(oracles/common/module_taps.py, one file for both sides) armed on the model call that
+predicts row s: the oracle as it made the golden (its own generator's functions, in its
+venv, via oracles/<oracle>/diagnose.py), the in-tree side teacher-forced with the golden's
+tokens, so both calls see the same inputs. Outputs are compared module by module in the
+oracle's execution order (embedding, then per block: input norm, attention, post-attention
+norm, MLP, the block; the final norm); the first that differs is named with its statistics.
+
+If every module agrees at that call, the divergence is not in the model graph of that call
+(cache conversion, logits processing, what was fed) and the report says so.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from harness.compare import VectorDiff, diff_vectors
+from harness.errors import OracleError
+from harness.paths import cache_root, oracles_dir
+from harness.progress import progress
+from harness.records import ScenarioRecord
+from harness.venvs import ensure_oracle_env
+
+
+@dataclass
+class Localization:
+    row: int
+    module: str | None  # None: every tapped module agrees at that call
+    diff: VectorDiff | None
+    modules_compared: int
+    note: str = ""
+
+    def explain(self) -> str:
+        if self.module is None:
+            return (
+                f"all {self.modules_compared} module outputs of that step's model call are bit-identical: "
+                f"the divergence is outside the model graph of that call{self.note}"
+            )
+        return f"first diverging module: {self.module} ({self.diff.explain() if self.diff else self.note})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "row": self.row,
+            "module": self.module,
+            "modules_compared": self.modules_compared,
+            "explanation": self.explain(),
+        }
+
+
+def module_taps() -> ModuleType:
+    """The one tap implementation, loaded by path (it is oracle-side code too)."""
+    path = oracles_dir() / "common" / "module_taps.py"
+    spec = importlib.util.spec_from_file_location("module_taps", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def can_localize(spec: dict[str, Any], oracle: str) -> bool:
+    """Single-segment language-model scenarios against an oracle that has a diagnose script."""
+    single = all(spec.get(k) is None for k in ("turns", "batch", "composition", "audio"))
+    return single and (oracles_dir() / oracle / "diagnose.py").is_file()
+
+
+def oracle_module_outputs(oracle: str, model_dir: Path, spec: dict[str, Any], row: int) -> dict[str, np.ndarray]:
+    env = ensure_oracle_env(oracle)
+    (cache_root() / "tmp").mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="diagnose-", dir=cache_root() / "tmp") as tmp:
+        work = Path(tmp)
+        (work / "spec.json").write_text(json.dumps({"model_dir": str(model_dir), "scenarios": [spec]}))
+        cmd, run_env = env.command(
+            str(oracles_dir() / oracle / "diagnose.py"),
+            *("--spec", str(work / "spec.json"), "--scenario", spec["id"], "--row", str(row), "--out", str(work)),
+        )
+        run_env["HF_HUB_OFFLINE"] = "1"
+        with progress.task(f"oracle {oracle}: module outputs of {spec['id']} row {row}"):
+            result = subprocess.run(cmd, capture_output=True, text=True, env=run_env, cwd=work, check=False)
+        if result.returncode != 0:
+            tail = "\n".join(result.stderr.strip().splitlines()[-10:])
+            raise OracleError(f"oracle {oracle} diagnose failed (exit {result.returncode}):\n{tail}")
+        order = json.loads((work / "modules.json").read_text())["order"]
+        with np.load(work / "modules.npz") as data:
+            return {name: data[name] for name in order}
+
+
+def intree_module_outputs(runner: Any, spec: dict[str, Any], golden: ScenarioRecord, row: int) -> dict[str, np.ndarray]:
+    taps_module = module_taps()
+    target = taps_module.prefill_calls(len(golden.prompt_ids), spec["prefill_step_size"]) + row
+    taps = taps_module.ModuleTaps(runner.model, target)
+    try:
+        runner.run(spec, forced=golden)
+    finally:
+        taps.remove()
+    return taps.outputs()
+
+
+def first_divergence(oracle: dict[str, np.ndarray], intree: dict[str, np.ndarray], row: int) -> Localization:
+    for n, (name, expected) in enumerate(oracle.items()):
+        if name not in intree:
+            return Localization(row, name, None, n, note="the in-tree model has no module of that name")
+        diff = diff_vectors(expected, intree[name])
+        if not diff.equal:
+            return Localization(row, name, diff, n + 1)
+    extra = [k for k in intree if k not in oracle]
+    note = f"; in-tree has modules the oracle lacks: {extra[:3]}" if extra else ""
+    return Localization(row, None, None, len(oracle), note=note)
