@@ -41,7 +41,9 @@ OPENBLAS = Path("/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0")
 
 def bench_prompt(profile: Profile, runner: Any) -> tuple[str, list[int]]:
     """The longest scenario prompt (as parity encodes it): a prompt the gate already runs."""
-    encoded = {s.id: runner.encode(profile.scenario_spec(s))[1] for s in profile.scenarios}
+    encoded = {
+        s.id: runner.encode(profile.scenario_spec(s))[1] for s in profile.active_scenarios(device_facts().backend)
+    }
     longest = max(encoded, key=lambda sid: len(encoded[sid]))
     return longest, encoded[longest]
 
@@ -139,13 +141,13 @@ def intree_parity_work(session: Any, profile: Profile) -> tuple[Any, dict[str, A
     runner = session.runner(profile)
     load_s = time.perf_counter() - started
     started = time.perf_counter()
-    for scenario in profile.scenarios:
+    for scenario in profile.active_scenarios(device_facts().backend):
         spec = profile.scenario_spec(scenario)
         runner.run(spec)
         runner.run(spec, forced=goldens[scenario.id].record)
     forward_s = time.perf_counter() - started
     times = {"golden_load_s": golden_s, "model_load_s": load_s, "intree_forward_s": forward_s}
-    return runner, times | {"scenarios": len(profile.scenarios)}
+    return runner, times | {"scenarios": len(profile.active_scenarios(device_facts().backend))}
 
 
 def parity_wall(model: str) -> dict[str, Any]:
@@ -166,8 +168,10 @@ def parity_wall(model: str) -> dict[str, Any]:
 def oracle_generation(profile: Profile, model_dir: Path) -> float:
     """One full oracle generation of all scenarios: what a cold parity adds (nothing is written)."""
     from harness.runners import OracleRunner
+    from harness.session import runnable_spec
 
-    specs = [profile.scenario_spec(s) for s in profile.scenarios]
+    scenarios = profile.active_scenarios(device_facts().backend)
+    specs = [runnable_spec(profile.scenario_spec(s)) for s in scenarios if profile.oracle_of(s) == profile.oracle]
     started = time.perf_counter()
     OracleRunner(profile.oracle).run(model_dir, specs)
     return time.perf_counter() - started

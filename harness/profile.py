@@ -140,6 +140,9 @@ class Scenario:
     composition: dict[str, Any] | None = None
     tier: Literal["L1", "L2"] | None = None
     oracle: OracleName | None = None
+    # Run only on these backends; elsewhere its checks are collected as SKIPPED with the reason
+    # (a full-size twin's complete gate set takes hours on the CPU backend).
+    backends: list[Literal["cpu", "gpu"]] | None = None
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     steps: int | None = None
     prefill_step_size: int | None = None
@@ -249,6 +252,13 @@ class Profile:
 
     def checks(self, s: Scenario) -> list[str]:
         return list(s.checks if s.checks is not None else self.defaults.checks)
+
+    def runs_on(self, s: Scenario, backend: str) -> bool:
+        return s.backends is None or backend in s.backends
+
+    def active_scenarios(self, backend: str) -> list[Scenario]:
+        """The scenarios this backend runs (the others are listed as not run, never as passed)."""
+        return [s for s in self.scenarios if self.runs_on(s, backend)]
 
     def tier_of(self, s: Scenario) -> str:
         return s.tier or ("L2" if s.composition is not None else self.tier)

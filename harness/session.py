@@ -45,22 +45,13 @@ from harness.venvs import ensure_oracle_env, pins_hash, read_pins
 
 # Which in-tree run each check judges: the free-running one or the teacher-forced one.
 CheckFn = Callable[[ScenarioRecord, ScenarioRecord], CheckResult]
-# What the speech gates compare of each decode call: every input and decision of the fallback ladder.
-FALLBACK_FIELDS = (
-    "seek",
-    "temperature",
-    "batch",
-    "initial_tokens",
-    "n_steps",
-    "avg_logprob",
-    "compression_ratio",
-    "no_speech_prob",
-    "needs_fallback",
-)
 
 
 def _decisions(record: ScenarioRecord) -> list[dict[str, Any]]:
-    return [{k: call.get(k) for k in FALLBACK_FIELDS} for call in record.extra.get("decode_calls", [])]
+    """Every decode call in full: window (seek, frames), attempt, temperature, batch, initial
+    tokens, steps, tokens, text, avg log-prob, compression ratio, no-speech probability, and the
+    fallback decision with its reasons: the whole temperature ladder, decision by decision."""
+    return list(record.extra.get("decode_calls", []))
 
 
 CHECKS: dict[str, tuple[str, CheckFn]] = {
@@ -212,7 +203,7 @@ class ParitySession:
         with FileLock(str(lock)):  # xdist workers: one generates, the others wait and read
             todo: list[Scenario] = []
             expected_blobs: dict[str, dict[str, Any]] = {}
-            for scenario in profile.scenarios:
+            for scenario in profile.active_scenarios(device_facts().backend):
                 status = store.status(profile.name, scenario.id, self.provenance(profile, scenario))
                 if regenerate or status is GoldenStatus.ABSENT:
                     todo.append(scenario)
@@ -226,7 +217,7 @@ class ParitySession:
                 self._generate(profile, [s for s in todo if profile.oracle_of(s) == oracle], expected_blobs)
             goldens = {
                 s.id: store.load(profile.name, s.id)
-                for s in profile.scenarios
+                for s in profile.active_scenarios(device_facts().backend)
                 if (profile.name, s.id) not in self._scenario_errors
             }
         for golden in goldens.values():
@@ -359,7 +350,7 @@ def model_provenance(name: str) -> dict[str, Any]:
     except HarnessError as e:
         return {"error": str(e)}
     goldens = {}
-    for scenario in profile.scenarios:
+    for scenario in profile.active_scenarios(device_facts().backend):
         manifest = session.store.read_manifest(profile.name, scenario.id) or {}
         goldens[scenario.id] = {
             "manifest": str(session.store.manifest_path(profile.name, scenario.id).relative_to(REPO_ROOT))

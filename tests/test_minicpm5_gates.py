@@ -107,3 +107,38 @@ def test_a_non_deterministic_implementation_fails_before_any_comparison() -> Non
     profile = session.profile(MODEL)
     with pytest.raises(NonDeterministicError, match=r"not deterministic on minicpm5-2b-mini/think-on.*step 0"):
         session.run_check(profile, profile.scenario("think-on"), "prompt_identity")
+
+
+def test_a_cache_not_kept_across_turns_is_caught(session: ParitySession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prompt-cache reuse: decoding turn 2 on a fresh cache (the conversation forgotten) fails
+    from turn 2's first step, and the failure names the turn."""
+    import models.universal as universal
+
+    def fresh_cache_each_turn(model, turn_prompts, n_tokens, *, forced_tokens=None, **options):
+        return [
+            list(universal.greedy_steps(model, ids, n_tokens, forced_tokens=forced, **options))
+            for ids, forced in zip(turn_prompts, forced_tokens or [None] * len(turn_prompts), strict=True)
+        ]
+
+    monkeypatch.setattr(universal, "chat_turn_steps", fresh_cache_each_turn)
+    profile = session.profile(MODEL)
+    n = profile.steps(profile.scenario("cache-reuse")) + 1
+    runner = InTreeRunner(session.artifact(profile).model_dir)
+    result = judge(session, "cache-reuse", "teacher_forced_logits", runner)
+    assert not result.passed and result.first_bad_step == n, result.summary
+    assert "(turn 1 step 0)" in result.summary, result.summary
+
+
+def test_batch_rows_without_the_padding_mask_are_caught(
+    session: ParitySession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batched decoding: attending to the left padding changes the shorter (padded) row only."""
+    from models.universal import cache as cache_module
+
+    original = cache_module.create_batch_causal_mask
+    monkeypatch.setattr(
+        cache_module, "create_batch_causal_mask", lambda n, offset, left_padding: original(n, offset, left_padding * 0)
+    )
+    runner = InTreeRunner(session.artifact(session.profile(MODEL)).model_dir)
+    result = judge(session, "batch-two-rows", "teacher_forced_logits", runner)
+    assert not result.passed and "(batch row 0 step 0)" in result.summary, result.summary
