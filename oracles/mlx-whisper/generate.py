@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import importlib
 import importlib.metadata
 import json
@@ -184,7 +185,12 @@ def validate_spec(spec) -> None:
         if not isinstance(seed, int) or isinstance(seed, bool):
             problems.append(f"{where}: seed: expected an integer, got {seed!r}")
         problems += _option_problems(where, scenario.get("options", {}))
-        unknown = set(scenario) - {"id", "kind", "audio", "options", "seed"}
+        want = scenario.get("audio_sha256")
+        if want is not None and isinstance(audio, str) and Path(audio).is_file():
+            got = hashlib.sha256(Path(audio).read_bytes()).hexdigest()
+            if got != want:
+                problems.append(f"{where}: audio: {audio} has sha256 {got}, the spec expects {want}")
+        unknown = set(scenario) - {"id", "kind", "audio", "audio_sha256", "options", "seed"}
         if unknown:
             problems.append(f"{where}: unknown keys {sorted(unknown)}")
     if problems:
@@ -378,6 +384,12 @@ def run_scenario(model_dir: str, model, scenario: dict):
     options.setdefault("fp16", False)  # fp32 on the CPU backend; the weights are fp32
     dims = model.dims
     capture = Capture()
+    # mlx-whisper's sampler is an @mx.compile'd function: the random key it draws while being
+    # traced becomes a constant of that trace, reused by every later call with the same shapes.
+    # A fresh compiled function per scenario gives each transcription what it gets in a fresh
+    # process (and makes goldens independent of scenario order); the in-tree side does the same.
+    decoding = importlib.import_module("mlx_whisper.decoding")
+    decoding.categorical = mx.compile(lambda logits, temp: mx.random.categorical(logits / temp))
     mx.random.seed(scenario["seed"])
     with capture.install():
         transcript = tmod.transcribe(scenario["audio"], path_or_hf_repo=model_dir, verbose=None, **options)
@@ -560,12 +572,20 @@ def main():
 
     tmod = importlib.import_module("mlx_whisper.transcribe")
     model_dir = spec["model_dir"]
-    # The loader transcribe uses (and caches): fp32 dims dtype; the weights keep their stored dtype.
-    model = tmod.ModelHolder.get_model(model_dir, mx.float32)
     args.out.mkdir(parents=True, exist_ok=True)
     result = {"scenarios": {}}
+    loaded_dtype = None
     for scenario in spec["scenarios"]:
         sid = scenario["id"]
+        # The loader transcribe uses (and caches) with the dtype transcribe would ask for:
+        # float16 when fp16 (mlx-whisper's default), else float32. Its cache keys on the path
+        # only, so it is emptied when a scenario needs the other dtype (what a fresh process
+        # with that option gets). The weights keep their stored dtype either way.
+        dtype = mx.float16 if scenario.get("options", {}).get("fp16", False) else mx.float32
+        if loaded_dtype is None or loaded_dtype != dtype:
+            tmod.ModelHolder.model = None
+        model = tmod.ModelHolder.get_model(model_dir, dtype)
+        loaded_dtype = dtype
         try:
             first = run_scenario(model_dir, model, scenario)
             second = run_scenario(model_dir, model, scenario)
