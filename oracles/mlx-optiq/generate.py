@@ -223,6 +223,10 @@ def environment(shared):
 def run_child(spec_path, scenario_id, out):
     spec = json.loads(Path(spec_path).read_text())
     scenario = next(s for s in spec["scenarios"] if s["id"] == scenario_id)
+    if not isinstance(scenario.get("composition"), dict) or "kind" not in scenario["composition"]:
+        meta = {"error": f"scenario {scenario_id}: an mlx-optiq scenario needs a 'composition' with a 'kind'"}
+        (Path(out) / "meta.json").write_text(json.dumps(meta))
+        return
     import mlx.core as mx
     import optiq  # noqa: F401  # optiq's import-time patches (model types, nn.quantize), as its CLI has them
     from mlx_lm import load
