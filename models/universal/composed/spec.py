@@ -29,8 +29,6 @@ from models.universal.cache import KV_BITS, KV_GROUP_SIZES
 
 # mlx-lm's generate_step default; optiq's ngram_generate_step defaults to 0 instead.
 MLX_LM_QUANTIZED_KV_START = 5000
-# optiq's fused kernel handles these; anything else falls back to the stock attention.
-FUSED_BITS = (4, 8)
 
 
 class CompositionError(ValueError):
