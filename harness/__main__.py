@@ -52,7 +52,12 @@ def _list() -> int:
     for name, path in available_profiles().items():
         try:
             p = load_profile(path)
-            print(f"{name:24} {p.tier}  oracle={p.oracle:8} scenarios={len(p.scenarios)}  {p.description}")
+            tiers = {}
+            for s in p.scenarios:
+                key = f"{p.tier_of(s)}:{p.oracle_of(s)}"
+                tiers[key] = tiers.get(key, 0) + 1
+            judged = ", ".join(f"{k} x{n}" for k, n in tiers.items())
+            print(f"{name:28} {judged:34} {p.description}")
         except HarnessError as e:
             print(f"{name:24} INVALID: {e}")
     return 0

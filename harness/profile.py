@@ -236,6 +236,9 @@ class Profile:
     family: str | None = None  # the artifact's config must be detected as this family, exactly
     expect: dict[str, Any] = field(default_factory=dict)
     defaults: Defaults = field(default_factory=Defaults)
+    # Where an oracle itself breaks (a crash, a documented bug): recorded with the exact symptom,
+    # carried into every report, never turned into a wider gate. Each: {oracle, path, symptom, seen}.
+    oracle_defects: list[dict[str, str]] = field(default_factory=list)
     source_file: str = ""
 
     def scenario(self, scenario_id: str) -> Scenario:
@@ -471,6 +474,10 @@ def _check_profile(profile: Profile) -> None:
                 raise ProfileError(
                     f"{where}.audio: expected a WAV file path relative to the repository, {audio} is not one"
                 )
+    for i, defect in enumerate(profile.oracle_defects):
+        missing = {"oracle", "path", "symptom", "seen"} - set(defect)
+        if missing:
+            raise ProfileError(f"oracle_defects[{i}]: missing {sorted(missing)} (oracle, path, symptom, seen)")
     profile.artifact.validate("artifact")
 
 

@@ -131,6 +131,7 @@ class InTreeRunner:
                 spec["composition"],
                 prefill_step_size=spec["prefill_step_size"],
                 forced_tokens=forced_tokens,
+                forced_prefix=spec.get("forced_prefix"),
             )
             rows, tokens, infos = self._collect(steps, spec["n_tokens"])
             extra = {"step_info": infos}
@@ -234,16 +235,28 @@ class WhisperRunner:
     """
 
     def __init__(self, model_dir: Path, model_hook: ModelHook | None = None, label: str = ""):
+        self.model_dir = model_dir
+        self.model_hook = model_hook
+        self.label = label
+        self._models: dict[bool, Any] = {}
+        self.model = self.model_for(fp16=False)
+
+    def model_for(self, fp16: bool) -> Any:
+        """The model as mlx-whisper's transcribe builds it for the option: float16 positional
+        tables and masks with fp16, float32 without; the weights keep their stored dtype."""
+        import mlx.core as mx
+
         from models.whisper.load import load_model
 
-        try:
-            self.model = load_model(model_dir)
-        except ValueError as e:
-            raise InTreeLoadError(f"in-tree whisper cannot load {model_dir}: {e}") from None
-        if model_hook is not None:
-            model_hook(self.model)
-        self.model_dir = model_dir
-        self.label = label
+        if fp16 not in self._models:
+            try:
+                model = load_model(self.model_dir, dtype=mx.float16 if fp16 else mx.float32)
+            except ValueError as e:
+                raise InTreeLoadError(f"in-tree whisper cannot load {self.model_dir}: {e}") from None
+            if self.model_hook is not None:
+                self.model_hook(model)
+            self._models[fp16] = model
+        return self._models[fp16]
 
     def run(self, spec: dict[str, Any], forced: ScenarioRecord | None = None) -> ScenarioRecord:
         from models.whisper.run import transcribe_record
@@ -251,7 +264,7 @@ class WhisperRunner:
         mode = "teacher_forced" if forced is not None else "free"
         with progress.task(f"{self.label}{spec['id']} ({mode}): in-tree transcribe"):
             out = transcribe_record(
-                self.model,
+                self.model_for(bool(spec["options"].get("fp16", False))),
                 self.model_dir,
                 spec["audio"],
                 dict(spec["options"]) | {"seed": spec["seed"]},

@@ -370,5 +370,6 @@ def model_provenance(name: str) -> dict[str, Any]:
         },
         "artifact": artifact.provenance(),
         "ran_twin": "twin" in artifact.identity,
+        "oracle_defects": profile.oracle_defects,
         "goldens": goldens,
     }
