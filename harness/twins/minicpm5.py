@@ -171,7 +171,7 @@ def write_minicpm5(spec: TwinSpec, out_dir: Path) -> None:
     vocab_size = spec.shape.vocab_size
     tokenizer = build_tokenizer(training_text(), BPE_VOCAB_SIZE, vocab_size, SPECIAL_TOKENS, FIRST_BPE_ID)
     live_vocab = live_id_ranges(tokenizer, vocab_size)
-    write_weights(out_dir, spec.shape, spec.seed, spec.quantization, spec.num_shards, live_vocab)
+    write_weights(out_dir, spec.shape, spec.seed, spec.quantization, spec.num_shards, live_vocab, spec.float_dtype)
     _write_json(out_dir / "config.json", model_config(spec), indent=4)
     tokenizer.save(str(out_dir / "tokenizer.json"))
     _write_json(out_dir / "tokenizer_config.json", tokenizer_config())
@@ -180,8 +180,9 @@ def write_minicpm5(spec: TwinSpec, out_dir: Path) -> None:
     (out_dir / "chat_template.jinja").write_text(CHAT_TEMPLATE_FILE.read_text(encoding="utf-8"), encoding="utf-8")
 
 
-def _spec(twin_id: str, description: str, seed: int, shape: LlamaShape) -> TwinSpec:
+def _spec(twin_id: str, description: str, seed: int, shape: LlamaShape, float_dtype: str = "float32") -> TwinSpec:
     return TwinSpec(
+        float_dtype=float_dtype,
         twin_id=twin_id,
         description=description,
         seed=seed,
@@ -205,4 +206,13 @@ MINICPM5_2B_MINI = _spec(
     "MiniCPM5-2B structure, vocabulary and special ids at small dimensions, for CPU tests",
     seed=50_003,
     shape=MINICPM5_2B_MINI_SHAPE,
+)
+# The mini twin's weights with bfloat16 scales, biases and norms: half-precision activations,
+# which mlx-optiq's fused quantized SDPA needs to activate (it falls back to stock for fp32).
+MINICPM5_2B_MINI_BF16 = _spec(
+    "minicpm5-2b-mini-bf16",
+    "the minicpm5-2b-mini twin with bfloat16 scales, biases and norms (half-precision activations)",
+    seed=50_003,
+    shape=MINICPM5_2B_MINI_SHAPE,
+    float_dtype="bfloat16",
 )

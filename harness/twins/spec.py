@@ -83,6 +83,7 @@ class TwinSpec:
     rope_theta: float
     eos_token_ids: tuple[int, ...]
     write: Callable[[TwinSpec, Path], None]
+    float_dtype: str = "float32"  # scales, biases and norms (and so the activations)
 
     def config_summary(self) -> dict[str, Any]:
         return {
@@ -92,4 +93,4 @@ class TwinSpec:
             "quantization": self.quantization.as_config(),
             "eos_token_ids": list(self.eos_token_ids),
             "num_shards": self.num_shards,
-        }
+        } | ({"float_dtype": self.float_dtype} if self.float_dtype != "float32" else {})

@@ -177,8 +177,14 @@ def write_weights(
     quant: QuantSettings,
     num_shards: int,
     live_vocab: tuple[tuple[int, int], ...] | None = None,
+    float_dtype: str = "float32",
 ) -> None:
-    """Write the shards and model.safetensors.index.json into `out_dir`."""
+    """Write the shards and model.safetensors.index.json into `out_dir`.
+
+    With `float_dtype` other than float32, every floating tensor (scales, biases, norms) is
+    the float32 draw rounded to that dtype, so a half-precision twin is the float32 twin's
+    weights in half precision (its activations then run in that dtype).
+    """
     modules = plan_modules(shape, live_vocab)
     shards = plan_shards(modules, num_shards, quant)
     weight_map: dict[str, str] = {}
@@ -188,6 +194,9 @@ def write_weights(
         tensors: dict[str, mx.array] = {}
         for module in shard_modules:
             tensors.update(make_module_tensors(module, seed, quant))
+        if float_dtype != "float32":
+            half = getattr(mx, float_dtype)
+            tensors = {k: t.astype(half) if mx.issubdtype(t.dtype, mx.floating) else t for k, t in tensors.items()}
         mx.save_safetensors(str(out_dir / file_name), tensors, metadata={"format": "mlx"})
         total_size += sum(t.nbytes for t in tensors.values())
         weight_map.update(dict.fromkeys(tensors, file_name))
