@@ -2,7 +2,9 @@
 # Runs the parity gates on the lent GPU machine (MLX CUDA backend), after ../shared/gpu's
 # install.sh has put mlx + mlx-lm into /tmp/site. That machine has no package index, so:
 # - the oracle is that interpreter (MLX_PARITY_ORACLE_PYTHON), identified by its versions;
-# - the SmolLM2 GGUF arrives in parts (.gpu/gguf.*) carried over several runs into /root/stage.
+# - the SmolLM2 GGUF arrives in parts (.gpu/gguf.*) carried over several runs into /root/stage;
+# - the whisper twins' vocabulary (a data file of the mlx-whisper wheel) is carried as
+#   .gpu/multilingual.tiktoken and placed where the wheel fetch would put it (sha256-checked).
 # Results (reports, golden manifests, logs) are written under $OUT.
 # Usage (on the GPU machine, repo root): bash tools/gpu-parity.sh MODEL [MODEL ...]
 set -uo pipefail
@@ -17,12 +19,18 @@ if ls /root/stage/gguf.* >/dev/null 2>&1 && [ ! -f "$member" ]; then
   cat /root/stage/gguf.* > "$member.part"
   echo "$sha  $member.part" | sha256sum -c - && mv "$member.part" "$member"
 fi
+vocab_sha=b34b360dbb493e781e479794586d661700670d65564001f23024971d1f2fa126
+vocab=$MLX_PARITY_CACHE/downloads/mlx-whisper-0.4.3/$vocab_sha/multilingual.tiktoken
+if [ -f .gpu/multilingual.tiktoken ] && [ ! -f "$vocab" ]; then
+  mkdir -p "$(dirname "$vocab")"
+  echo "$vocab_sha  .gpu/multilingual.tiktoken" | sha256sum -c - && cp .gpu/multilingual.tiktoken "$vocab"
+fi
 python3 -c "import mlx.core as mx, json; print(mx.__version__, mx.default_device(), json.dumps(mx.device_info(), default=str))" \
   | tee "$OUT/device.txt"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> "$OUT/device.txt" 2>&1
 status=0
 for model in "$@"; do
-  timeout 420 python3 -m harness parity --model "$model" > "$OUT/parity-$model.log" 2>&1 || status=$?
+  timeout "${PER_MODEL_TIMEOUT:-420}" python3 -m harness parity --model "$model" > "$OUT/parity-$model.log" 2>&1 || status=$?
   tail -5 "$OUT/parity-$model.log"
 done
 (cd "$OUT" && tar -czf goldens.tgz goldens && rm -rf goldens)

@@ -24,7 +24,7 @@ import numpy as np
 import tokenizers
 
 from harness.family import detect_family
-from harness.twins.minicpm5 import MINICPM5_2B, MINICPM5_2B_MINI, MINICPM5_2B_MINI_BF16
+from harness.twins.minicpm5 import MINICPM5_2B, MINICPM5_2B_BF16, MINICPM5_2B_MINI, MINICPM5_2B_MINI_BF16
 from harness.twins.spec import LlamaShape, QuantSettings, TwinSpec
 from harness.twins.whisper import WHISPER_TWINS, WhisperTwinSpec
 
@@ -34,7 +34,8 @@ TWIN_VERSION = "1"
 TWIN_FILE = "twin.json"
 
 TWINS: dict[str, TwinSpec | WhisperTwinSpec] = {
-    spec.twin_id: spec for spec in (MINICPM5_2B, MINICPM5_2B_MINI, MINICPM5_2B_MINI_BF16, *WHISPER_TWINS)
+    spec.twin_id: spec
+    for spec in (MINICPM5_2B, MINICPM5_2B_BF16, MINICPM5_2B_MINI, MINICPM5_2B_MINI_BF16, *WHISPER_TWINS)
 }
 
 __all__ = [

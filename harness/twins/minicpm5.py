@@ -216,3 +216,12 @@ MINICPM5_2B_MINI_BF16 = _spec(
     shape=MINICPM5_2B_MINI_SHAPE,
     float_dtype="bfloat16",
 )
+# The full-size twin in bfloat16 (the real artifact's likely dtype): for the GPU, where half
+# precision is fast and mlx-optiq's fused quantized SDPA activates.
+MINICPM5_2B_BF16 = _spec(
+    "minicpm5-2b-bf16",
+    "openbmb/MiniCPM5-2B-MLX@3d00c3da: exact config, the full twin's weights with bfloat16 scales/biases/norms",
+    seed=50_002,
+    shape=MINICPM5_2B_SHAPE,
+    float_dtype="bfloat16",
+)

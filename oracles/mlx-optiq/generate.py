@@ -269,7 +269,10 @@ def run_child(spec_path, scenario_id, out):
 
 def run_fresh(spec_path, scenario_id, workdir):
     """One run of one scenario in a new interpreter; returns (meta, logits or None)."""
-    cmd = [sys.executable, "-I", str(Path(__file__).resolve()), "--child", "--spec", str(spec_path)]
+    # The child runs as this process was started: isolated in the oracle venv (-I), or on the
+    # PYTHONPATH of a prepared interpreter (-s, machines without a package index).
+    isolation = "-I" if sys.flags.isolated else "-s"
+    cmd = [sys.executable, isolation, str(Path(__file__).resolve()), "--child", "--spec", str(spec_path)]
     cmd += ["--scenario", scenario_id, "--out", str(workdir)]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     meta_path = Path(workdir) / "meta.json"

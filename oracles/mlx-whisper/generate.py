@@ -35,6 +35,7 @@ import importlib.metadata
 import json
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import wave
@@ -242,7 +243,19 @@ class Capture:
             return out
 
         def load_audio(*args, **kwargs):
-            out = orig_load(*args, **kwargs)
+            if shutil.which("ffmpeg") is None:
+                # A machine without the ffmpeg CLI (the lent GPU machine has no package index):
+                # the WAV's 16-bit PCM / 32768, which is what ffmpeg gives for these clips
+                # (checked on every CPU golden: audio.decoded_equals_wav_pcm). Recorded in the
+                # environment block, so such goldens say how their audio was read.
+                import mlx.core as mx
+                import numpy as np
+
+                with wave.open(str(args[0]), "rb") as f:
+                    pcm = np.frombuffer(f.readframes(f.getnframes()), dtype="<i2")
+                out = mx.array(pcm.astype(np.float32) / 32768.0)
+            else:
+                out = orig_load(*args, **kwargs)
             cap.waveforms.append(out)
             return out
 
@@ -552,6 +565,7 @@ def environment():
         "python": platform.python_version(),
         "blas_libraries": loaded_libraries(),
         "ffmpeg": _ffmpeg_version(),  # mlx_whisper.audio.load_audio decodes the WAV with it
+        "audio_loader": "mlx_whisper.audio.load_audio (ffmpeg)" if shutil.which("ffmpeg") else "in-process WAV PCM",
     }
 
 
