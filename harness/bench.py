@@ -41,35 +41,43 @@ OPENBLAS = Path("/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0")
 
 def bench_prompt(profile: Profile, runner: Any) -> tuple[str, list[int]]:
     """The longest scenario prompt (as parity encodes it): a prompt the gate already runs."""
-    encoded = {
-        s.id: runner.encode(profile.scenario_spec(s))[1] for s in profile.active_scenarios(device_facts().backend)
-    }
+    single = [
+        s for s in profile.active_scenarios(device_facts().backend) if s.kind in ("plain", "chat") and not s.turns
+    ]
+    single = [s for s in single if s.composition is None]
+    encoded = {s.id: runner.encode(profile.scenario_spec(s))[1] for s in single}
     longest = max(encoded, key=lambda sid: len(encoded[sid]))
     return longest, encoded[longest]
 
 
-def time_intree(model: Any, prompt_ids: list[int], steps: int) -> tuple[float, float]:
-    """One greedy run of steps + 1 tokens: (prefill s = call to step 0, decode s = step 0 to last step)."""
+def time_intree(model: Any, prompt_ids: list[int], steps: int) -> tuple[float, float, int]:
+    """One greedy run of steps + 1 tokens: (prefill s = call to step 0, decode s = step 0 to last
+    step, peak bytes MLX allocated during the run, weights included)."""
     import mlx.core as mx
 
     from models.universal import greedy_steps
 
+    mx.synchronize()
+    mx.reset_peak_memory()
     started = time.perf_counter()
     stamps = [time.perf_counter() for _ in greedy_steps(model, prompt_ids, steps + 1)]  # each token is .item()'d
     mx.synchronize()
-    return stamps[0] - started, stamps[-1] - stamps[0]
+    return stamps[0] - started, stamps[-1] - stamps[0], mx.get_peak_memory()
 
 
-def summarize(prompt_len: int, steps: int, prefill_s: list[float], decode_s: list[float]) -> dict[str, Any]:
+def summarize(
+    prompt_len: int, steps: int, prefill_s: list[float], decode_s: list[float], peaks: list[int]
+) -> dict[str, Any]:
     return {
         "prefill_tok_s": prompt_len / statistics.median(prefill_s),
         "decode_tok_s": steps / statistics.median(decode_s),
+        "peak_memory_gb": max(peaks) / 1e9 if peaks else None,
         "prefill_s": prefill_s,
         "decode_s": decode_s,
     }
 
 
-def intree_runs(model: Any, prompt_ids: list[int], steps: int, repeats: int) -> list[tuple[float, float]]:
+def intree_runs(model: Any, prompt_ids: list[int], steps: int, repeats: int) -> list[tuple[float, float, int]]:
     """Timed in-tree runs after one warm-up (the first run pays for allocations the next ones reuse)."""
     time_intree(model, prompt_ids, steps)  # warm-up
     return [time_intree(model, prompt_ids, steps) for _ in range(repeats)]
@@ -88,8 +96,8 @@ def oracle_runs(profile: Profile, model_dir: Path, job: Path) -> dict[str, Any]:
 
     env = ensure_oracle_env(profile.oracle)
     script = oracles_dir() / profile.oracle / "bench.py"
-    cmd = [str(env.python), "-I", str(script), "--model-dir", str(model_dir), "--ids", str(job)]
-    child_env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")} | {"HF_HUB_OFFLINE": "1"}
+    cmd, child_env = env.command(str(script), "--model-dir", str(model_dir), "--ids", str(job))
+    child_env["HF_HUB_OFFLINE"] = "1"
     return json.loads(_run(cmd, env=child_env, cwd=job.parent).stdout.strip().splitlines()[-1])
 
 
@@ -109,7 +117,7 @@ def speed(
     the same conditions, where timing one side after the other would compare different minutes.
     Each child process loads the model and warms up once per round.
     """
-    runs: dict[str, list[tuple[float, float]]] = {"intree": [], "mlx_lm": [], "intree_openblas": []}
+    runs: dict[str, list[tuple[float, float, int]]] = {"intree": [], "mlx_lm": [], "intree_openblas": []}
     facts: dict[str, dict[str, Any]] = {"intree": {"blas": device_facts().blas}}
     time_intree(model, prompt_ids, steps)  # warm-up
     with tempfile.TemporaryDirectory(prefix="bench-", dir=_tmp()) as tmp:
@@ -117,14 +125,18 @@ def speed(
         for _ in range(repeats):
             runs["intree"].append(time_intree(model, prompt_ids, steps))
             raw = oracle_runs(profile, model_dir, job)
-            runs["mlx_lm"] += zip(raw["prefill_s"], raw["decode_s"], strict=True)
+            runs["mlx_lm"] += zip(raw["prefill_s"], raw["decode_s"], raw["peak_bytes"], strict=True)
             facts["mlx_lm"] = {k: raw[k] for k in ("mlx", "mlx-lm", "device", "blas_libraries")}
             if OPENBLAS.exists():  # `apt-get install libopenblas0-pthread`; otherwise not measured
                 raw = openblas_runs(profile.name, job)
-                runs["intree_openblas"] += zip(raw["prefill_s"], raw["decode_s"], strict=True)
+                runs["intree_openblas"] += zip(raw["prefill_s"], raw["decode_s"], raw["peak_bytes"], strict=True)
                 facts["intree_openblas"] = {"blas": raw["blas"], "ld_preload": str(OPENBLAS)}
     return {
-        side: (summarize(len(prompt_ids), steps, [r[0] for r in rs], [r[1] for r in rs]) | facts[side]) if rs else None
+        side: (
+            summarize(len(prompt_ids), steps, [r[0] for r in rs], [r[1] for r in rs], [r[2] for r in rs]) | facts[side]
+        )
+        if rs
+        else None
         for side, rs in runs.items()
     }
 
@@ -224,9 +236,17 @@ def table(result: dict[str, Any]) -> str:
         "| tok/s | in-tree | mlx-lm | in-tree + OpenBLAS |",
         "|---|---:|---:|---:|",
     ]
-    for key, label in (("prefill_tok_s", "prefill"), ("decode_tok_s", "decode")):
-        extra = f"{blas[key]:.1f}" if blas else "not measured"
-        lines.append(f"| {label} | {s['intree'][key]:.1f} | {s['mlx_lm'][key]:.1f} | {extra} |")
+    for key, label in (
+        ("prefill_tok_s", "prefill"),
+        ("decode_tok_s", "decode"),
+        ("peak_memory_gb", "peak memory (GB)"),
+    ):
+        extra = f"{blas[key]:.2f}" if blas else "not measured"
+        lines.append(f"| {label} | {s['intree'][key]:.2f} | {s['mlx_lm'][key]:.2f} | {extra} |")
+    if not h:  # --speed: no parity timings
+        d = m["device"]
+        lines += ["", f"Machine: {d['key']} ({d['processor']}, nproc {m['nproc']}), python {m['python']}, {m['date']}"]
+        return "\n".join(lines)
     wall = h["parity_wall_s"]
     lines += ["", f"| warm `parity` ({h['parity_verdict']}) | s | % of wall |", "|---|---:|---:|"]
     for key, label in (
@@ -263,6 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds (the median is reported)")
     parser.add_argument("--out", type=Path, help="JSON output (default: a new file under reports/)")
     parser.add_argument("--speed-only", type=Path, metavar="IDS_JSON", help=argparse.SUPPRESS)  # the OpenBLAS child
+    parser.add_argument(
+        "--speed", action="store_true", help="only the in-tree vs oracle speed and peak memory (no parity timings)"
+    )
     args = parser.parse_args(argv)
 
     from harness.session import ParitySession
@@ -273,21 +296,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.speed_only:
         job = json.loads(args.speed_only.read_text())
         runs = intree_runs(session.runner(profile).model, job["prompt_ids"], job["steps"], job["repeats"])
-        timings = {"prefill_s": [r[0] for r in runs], "decode_s": [r[1] for r in runs]}
+        timings = {
+            "prefill_s": [r[0] for r in runs],
+            "decode_s": [r[1] for r in runs],
+            "peak_bytes": [r[2] for r in runs],
+        }
         print(json.dumps(timings | {"blas": device_facts().blas}))
         return 0
 
     load_before = _loadavg()
-    with progress.task("bench: in-tree work of a parity (goldens, model load, scenarios x 2 modes)"):
-        runner, harness = intree_parity_work(session, profile)
-    with progress.task("bench: warm parity subprocess"):
-        harness |= parity_wall(args.model)
+    harness: dict[str, Any] = {}
+    if args.speed:
+        runner = session.runner(profile)
+    else:
+        with progress.task("bench: in-tree work of a parity (goldens, model load, scenarios x 2 modes)"):
+            runner, harness = intree_parity_work(session, profile)
+        with progress.task("bench: warm parity subprocess"):
+            harness |= parity_wall(args.model)
     scenario, ids = bench_prompt(profile, runner)
     with progress.task(f"bench: speed, {args.repeats} rounds of in-tree / mlx-lm / in-tree + OpenBLAS"):
         speeds = speed(profile, model_dir, runner.model, ids, args.steps, args.repeats)
-    with progress.task("bench: cold oracle generation"):
-        harness["oracle_generation_s"] = oracle_generation(profile, model_dir)
-    harness["overhead_s"] = harness["parity_wall_s"] - harness["intree_forward_s"] - harness["model_load_s"]
+    if not args.speed:
+        with progress.task("bench: cold oracle generation"):
+            harness["oracle_generation_s"] = oracle_generation(profile, model_dir)
+        harness["overhead_s"] = harness["parity_wall_s"] - harness["intree_forward_s"] - harness["model_load_s"]
 
     result = {
         "model": profile.name,

@@ -102,3 +102,20 @@ def test_ulp_histogram_buckets_by_powers_of_two() -> None:
     bits[1:] += np.array([1, 3, 4, 1 << 25], dtype=np.int32)
     counts = dict(zip(ULP_BUCKETS, ulp_histogram(base, bits.view(np.float32)).tolist(), strict=True))
     assert {k: v for k, v in counts.items() if v} == {"0": 1, "1": 1, "2-3": 1, "4-7": 1, ">=1048576": 1}
+
+
+def test_json_results_compare_exactly_and_nan_only_matches_nan() -> None:
+    from harness.compare import compare_json
+
+    same = {"text": " hi", "segments": [{"avg_logprob": float("nan"), "end": 1.5}]}
+    assert compare_json(
+        "transcript", "transcript", same, {"text": " hi", "segments": [{"avg_logprob": float("nan"), "end": 1.5}]}
+    ).passed
+    moved = compare_json(
+        "transcript", "transcript", same, {"text": " hi", "segments": [{"avg_logprob": -0.5, "end": 1.5}]}
+    )
+    assert not moved.passed and "segments[0].avg_logprob" in moved.summary
+    one_ulp = compare_json("t", "t", {"end": 1.5}, {"end": 1.5000000000000002})
+    assert not one_ulp.passed and "end" in one_ulp.summary
+    typed = compare_json("t", "t", {"n": 1}, {"n": 1.0})
+    assert not typed.passed

@@ -21,12 +21,14 @@ from mlx_lm.generate import generate_step
 
 def timed_run(model, prompt_ids, steps):
     """One greedy generation of steps + 1 tokens: (prefill seconds, decode seconds)."""
+    mx.synchronize()
+    mx.reset_peak_memory()
     started = time.perf_counter()
     stamps = []
     for _token, _logprobs in generate_step(mx.array(prompt_ids), model, max_tokens=steps + 1):
         stamps.append(time.perf_counter())  # generate_step has already called .item(): the token is computed
     mx.synchronize()  # generate_step leaves one look-ahead step queued; keep it out of the next run
-    return stamps[0] - started, stamps[-1] - stamps[0]
+    return stamps[0] - started, stamps[-1] - stamps[0], mx.get_peak_memory()
 
 
 def loaded_blas():
@@ -51,6 +53,7 @@ def main():
             {
                 "prefill_s": [r[0] for r in runs],
                 "decode_s": [r[1] for r in runs],
+                "peak_bytes": [r[2] for r in runs],
                 "mlx": importlib.metadata.version("mlx"),
                 "mlx-lm": importlib.metadata.version("mlx-lm"),
                 "device": str(mx.default_device()),
