@@ -220,7 +220,8 @@ def compare_tokens(check: str, golden: ScenarioRecord, actual: ScenarioRecord) -
 
 def _where(record: ScenarioRecord, row: int) -> str:
     """` (turn 1 step 3)` for a multi-segment record; nothing for a plain one."""
-    if len(record.segments()) == 1 and record.segments()[0].batch == 1:
+    segments = record.segments()
+    if len(segments) == 1 and segments[0].batch == 1 and not segments[0].label:
         return ""
     return f" ({record.describe_row(row)})"
 

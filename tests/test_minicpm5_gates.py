@@ -82,6 +82,38 @@ def test_chat_template_whitespace_is_caught(session: ParitySession, tmp_path: Pa
         ("kv8-converts-mid-decode", {"quantized_kv_start": 41}),
         ("kv4-from-prefill", {"kv_bits": 8}),
         ("rotating-kv", {"max_kv_size": 25}),
+        # L2 compositions (judged against mlx-optiq): one layer's kv bits, the conversion start,
+        # the window of the rotating quantized cache.
+        (
+            "l2-mixed-kv",
+            {
+                "composition": {
+                    "kind": "mixed_kv",
+                    "quantized_kv_start": 30,
+                    "kv_config": [
+                        {"layer_idx": 0, "bits": 8, "group_size": 64},
+                        {"layer_idx": 1, "bits": 8, "group_size": 64},
+                        {"layer_idx": 3, "bits": 4, "group_size": 32},
+                    ],
+                }
+            },
+        ),
+        (
+            "l2-streaming-kv-delayed",
+            {"composition": {"kind": "streaming_kv", "kv_bits": 8, "kv_group_size": 64, "quantized_kv_start": 31}},
+        ),
+        (
+            "l2-rotating-quantized-kv",
+            {
+                "composition": {
+                    "kind": "rotating_quantized_kv",
+                    "max_kv_size": 25,
+                    "keep": 4,
+                    "kv_bits": 4,
+                    "kv_group_size": 64,
+                }
+            },
+        ),
     ],
 )
 def test_kv_cache_option_changes_are_caught(session: ParitySession, scenario_id: str, edit: dict) -> None:
@@ -142,3 +174,10 @@ def test_batch_rows_without_the_padding_mask_are_caught(
     runner = InTreeRunner(session.artifact(session.profile(MODEL)).model_dir)
     result = judge(session, "batch-two-rows", "teacher_forced_logits", runner)
     assert not result.passed and "(batch row 0 step 0)" in result.summary, result.summary
+
+
+def test_a_changed_drafting_window_is_caught(session: ParitySession) -> None:
+    """n-gram drafting (L2): drafting 4 tokens instead of 8 changes the drafted/accepted counts."""
+    composition = {"kind": "ngram_draft", "num_draft_tokens": 4, "ngram_min": 3, "ngram_max": 3}
+    result = judge(session, "l2-ngram-draft", "draft_stats", composition=composition)
+    assert not result.passed and "drafted/accepted counts differs" in result.summary, result.summary
