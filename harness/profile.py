@@ -143,6 +143,9 @@ class Scenario:
     # Run only on these backends; elsewhere its checks are collected as SKIPPED with the reason
     # (a full-size twin's complete gate set takes hours on the CPU backend).
     backends: list[Literal["cpu", "gpu"]] | None = None
+    # pytest markers on the scenario's checks; `nightly` keeps a scenario out of `make test`
+    # (`-m "not nightly"`) while `make parity` / `make nightly` run it.
+    tags: list[Literal["nightly"]] = field(default_factory=list)
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     steps: int | None = None
     prefill_step_size: int | None = None

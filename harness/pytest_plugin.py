@@ -40,6 +40,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "parity: a parity gate collected from a profile")
     config.addinivalue_line("markers", "L1: tier L1 (bit-exact against the plain oracle)")
     config.addinivalue_line("markers", "L2: tier L2 (composed oracle or explained budget)")
+    config.addinivalue_line("markers", "nightly: a scenario kept out of make test (-m 'not nightly')")
     config.stash[_STARTED_KEY] = dt.datetime.now(dt.UTC)
     config.pluginmanager.register(_Collector(), "parity-collector")
     capture = config.pluginmanager.getplugin("capturemanager")
@@ -52,6 +53,16 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(
             f"unknown model(s) {unknown}: no profile in {profiles_dir()}; known models: {', '.join(known) or '(none)'}"
         )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Goldens are made for the scenarios that will run, not for those -m / -k deselected."""
+    selected: dict[str, set[str]] = {}
+    for item in items:
+        if isinstance(item, ParityItem):
+            selected.setdefault(item.profile.name, set()).add(item.scenario.id)
+    _session(config).selected_scenarios.update(selected)
 
 
 def _session(config: pytest.Config) -> ParitySession:
@@ -98,6 +109,8 @@ class ProfileFile(pytest.File):
                 item.add_marker(pytest.mark.parity)
                 item.add_marker(getattr(pytest.mark, profile.tier_of(scenario)))
                 item.add_marker(pytest.mark.xdist_group(f"{profile.name}:{scenario.id}"))
+                for tag in scenario.tags:
+                    item.add_marker(getattr(pytest.mark, tag))
                 yield item
 
     def repr_failure(self, excinfo, style=None):

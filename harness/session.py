@@ -145,6 +145,8 @@ class ParitySession:
     _golden_errors: dict[str, HarnessError] = field(default_factory=dict)
     _scenario_errors: dict[tuple[str, str], HarnessError] = field(default_factory=dict)
     _localizations: dict[tuple[str, str, int], Localization | None] = field(default_factory=dict)
+    # Per profile, the scenarios a pytest run selected (absent: all): only their goldens are made.
+    selected_scenarios: dict[str, set[str]] = field(default_factory=dict)
 
     @property
     def store(self) -> GoldenStore:
@@ -203,7 +205,7 @@ class ParitySession:
         with FileLock(str(lock)):  # xdist workers: one generates, the others wait and read
             todo: list[Scenario] = []
             expected_blobs: dict[str, dict[str, Any]] = {}
-            for scenario in profile.active_scenarios(device_facts().backend):
+            for scenario in self._scenarios_in_scope(profile):
                 status = store.status(profile.name, scenario.id, self.provenance(profile, scenario))
                 if regenerate or status is GoldenStatus.ABSENT:
                     todo.append(scenario)
@@ -217,7 +219,7 @@ class ParitySession:
                 self._generate(profile, [s for s in todo if profile.oracle_of(s) == oracle], expected_blobs)
             goldens = {
                 s.id: store.load(profile.name, s.id)
-                for s in profile.active_scenarios(device_facts().backend)
+                for s in self._scenarios_in_scope(profile)
                 if (profile.name, s.id) not in self._scenario_errors
             }
         for golden in goldens.values():
@@ -229,6 +231,13 @@ class ParitySession:
                 )
         self._goldens[profile.name] = goldens
         return goldens
+
+    def _scenarios_in_scope(self, profile: Profile) -> list[Scenario]:
+        """This backend's scenarios, narrowed to what the pytest run selected (if it selected)."""
+        active = profile.active_scenarios(device_facts().backend)
+        if profile.name not in self.selected_scenarios:
+            return active
+        return [s for s in active if s.id in self.selected_scenarios[profile.name]]
 
     def _generate(self, profile: Profile, scenarios: list[Scenario], expected_blobs: dict[str, Any]) -> None:
         artifact = self.artifact(profile)
