@@ -58,6 +58,22 @@ def create_attention_mask(
     return "causal"
 
 
+def grow_buffers(
+    key_buffer: mx.array | None, value_buffer: mx.array | None, used: int, step: int, keys: mx.array, values: mx.array
+) -> tuple[mx.array, mx.array]:
+    """mlx-lm's growth of a float KV buffer: whole `step`-sized blocks of zeros, appended after
+    dropping the unused tail of the last block (`used` positions are kept)."""
+    batch, n_kv_heads, length, k_dim = keys.shape
+    n_blocks = (step + length - 1) // step
+    new_k = mx.zeros((batch, n_kv_heads, n_blocks * step, k_dim), keys.dtype)
+    new_v = mx.zeros((batch, n_kv_heads, n_blocks * step, values.shape[3]), values.dtype)
+    if key_buffer is None or value_buffer is None:
+        return new_k, new_v
+    if used % step != 0:
+        key_buffer, value_buffer = key_buffer[..., :used, :], value_buffer[..., :used, :]
+    return mx.concatenate([key_buffer, new_k], axis=2), mx.concatenate([value_buffer, new_v], axis=2)
+
+
 class _FloatCache:
     """What the float caches share: buffers read up to `offset`, and the arrays to evaluate."""
 
@@ -96,19 +112,7 @@ class KVCache(_FloatCache):
         return self.keys_and_values()
 
     def _grow(self, keys: mx.array, values: mx.array) -> None:
-        batch, n_kv_heads, length, k_dim = keys.shape
-        n_blocks = (self.step + length - 1) // self.step
-        new_k = mx.zeros((batch, n_kv_heads, n_blocks * self.step, k_dim), keys.dtype)
-        new_v = mx.zeros((batch, n_kv_heads, n_blocks * self.step, values.shape[3]), values.dtype)
-        if self.keys is None:
-            self.keys, self.values = new_k, new_v
-            return
-        if self.offset % self.step != 0:
-            # Drop the unused tail of the last block before appending fresh blocks.
-            self.keys = self.keys[..., : self.offset, :]
-            self.values = self.values[..., : self.offset, :]
-        self.keys = mx.concatenate([self.keys, new_k], axis=2)
-        self.values = mx.concatenate([self.values, new_v], axis=2)
+        self.keys, self.values = grow_buffers(self.keys, self.values, self.offset, self.step, keys, values)
 
     def make_mask(
         self, n_queries: int, window_size: int | None = None, return_array: bool = False
@@ -352,18 +356,7 @@ class BatchKVCache:
         return self.keys_and_values()
 
     def _grow(self, keys: mx.array, values: mx.array) -> None:
-        batch, n_kv_heads, length, k_dim = keys.shape
-        n_blocks = (self.step + length - 1) // self.step
-        new_k = mx.zeros((batch, n_kv_heads, n_blocks * self.step, k_dim), keys.dtype)
-        new_v = mx.zeros((batch, n_kv_heads, n_blocks * self.step, values.shape[3]), values.dtype)
-        if self.keys is None:
-            self.keys, self.values = new_k, new_v
-            return
-        if self._idx % self.step != 0:
-            self.keys = self.keys[..., : self._idx, :]
-            self.values = self.values[..., : self._idx, :]
-        self.keys = mx.concatenate([self.keys, new_k], axis=2)
-        self.values = mx.concatenate([self.values, new_v], axis=2)
+        self.keys, self.values = grow_buffers(self.keys, self.values, self._idx, self.step, keys, values)
 
     def keys_and_values(self) -> tuple[mx.array, mx.array]:
         return self.keys[..., : self._idx, :], self.values[..., : self._idx, :]
