@@ -197,16 +197,22 @@ def compare_tokens(check: str, golden: ScenarioRecord, actual: ScenarioRecord) -
         if got != golden.tokens[step]:
             top2 = top_k(golden.logits[step], 2)
             margin = top2[0][1] - top2[1][1]
+            tie = classify_flip(golden, actual, step)
             return CheckResult(
                 check,
                 False,
                 f"token trajectories diverge at step {step}{_where(golden, step)}: oracle {golden.tokens[step]} "
                 f"vs in-tree {got}; "
-                f"oracle top-2 margin there {margin:.6g} (top-2 {_fmt_top(top2)})",
+                f"oracle top-2 margin there {margin:.6g} (top-2 {_fmt_top(top2)}); {tie['explanation']}",
                 first_bad_step=step,
                 steps_compared=n,
                 steps_differing=n - step,
-                details={"oracle_token": golden.tokens[step], "intree_token": got, "oracle_top2_margin": margin},
+                details={
+                    "oracle_token": golden.tokens[step],
+                    "intree_token": got,
+                    "oracle_top2_margin": margin,
+                    "flip": tie,
+                },
             )
     if len(actual.tokens) != n:
         return CheckResult(
@@ -216,6 +222,44 @@ def compare_tokens(check: str, golden: ScenarioRecord, actual: ScenarioRecord) -
             first_bad_step=min(n, len(actual.tokens)),
         )
     return CheckResult(check, True, f"{n} greedy tokens identical", steps_compared=n)
+
+
+def classify_flip(golden: ScenarioRecord, actual: ScenarioRecord, step: int) -> dict[str, Any]:
+    """Why a greedy token differs: a near-tie or not.
+
+    Near-tie: the two tokens' logits differ between the sides by at least as much as the
+    oracle's margin between them, so a logit error that small explains the flip. Otherwise the
+    flip is a real disagreement (or the in-tree logits at that step are not comparable).
+    """
+    want = golden.tokens[step]
+    got = actual.tokens[step] if step < len(actual.tokens) else None
+    if got is None or step >= actual.logits.shape[0] or actual.logits.shape[1:] != golden.logits.shape[1:]:
+        return {"near_tie": False, "explanation": "not a near-tie: the in-tree logits at that step are missing"}
+    g, a = golden.logits[step].astype(np.float64), actual.logits[step].astype(np.float64)
+    oracle_margin = g[want] - g[got]  # >= 0: the oracle preferred `want`
+    shift = abs((a[want] - a[got]) - (g[want] - g[got]))  # how much the two sides move that margin
+    if oracle_margin < 0:
+        return {
+            "near_tie": False,
+            "oracle_margin": float(oracle_margin),
+            "margin_shift": float(shift),
+            "explanation": f"not a near-tie: the oracle chose {want} although its raw logit is below {got}'s "
+            "(a logit filter, forcing or sampling chose it): the decoding rules differ",
+        }
+    near = bool(oracle_margin <= shift)
+    explanation = (
+        f"near-tie: the oracle preferred {want} over {got} by {oracle_margin:.3g}, and the logit "
+        f"difference between the sides moves that margin by {shift:.3g}: the logit error explains the flip"
+        if near
+        else f"not a near-tie: the oracle preferred {want} over {got} by {oracle_margin:.3g}, the sides "
+        f"move that margin by only {shift:.3g}: the token choice itself differs (decoding rule, sampling)"
+    )
+    return {
+        "near_tie": near,
+        "oracle_margin": float(oracle_margin),
+        "margin_shift": float(shift),
+        "explanation": explanation,
+    }
 
 
 def _where(record: ScenarioRecord, row: int) -> str:

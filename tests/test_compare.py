@@ -119,3 +119,18 @@ def test_json_results_compare_exactly_and_nan_only_matches_nan() -> None:
     assert not one_ulp.passed and "end" in one_ulp.summary
     typed = compare_json("t", "t", {"n": 1}, {"n": 1.0})
     assert not typed.passed
+
+
+def test_token_flips_are_classified_as_near_ties_or_not() -> None:
+    from harness.compare import compare_tokens
+
+    def record(logits: list[list[float]], tokens: list[int]) -> ScenarioRecord:
+        return ScenarioRecord("s", None, [1], tokens, np.array(logits, dtype=np.float32), [2])
+
+    oracle = record([[1.0, 1.001, 0.0]], [1])
+    near = compare_tokens("greedy_tokens", oracle, record([[1.002, 1.001, 0.0]], [0]))
+    assert not near.passed and near.details["flip"]["near_tie"], near.summary
+    assert "near-tie" in near.summary
+    # Same logits bit for bit, a different choice: a decoding rule, not arithmetic.
+    rule = compare_tokens("greedy_tokens", oracle, record([[1.0, 1.001, 0.0]], [0]))
+    assert not rule.passed and not rule.details["flip"]["near_tie"] and "not a near-tie" in rule.summary

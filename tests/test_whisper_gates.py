@@ -81,4 +81,5 @@ def test_a_dropped_decoding_rule_fails_the_token_gates_not_the_logits(monkeypatc
     results = judge()
     assert results["teacher_forced_logits"].passed, results["teacher_forced_logits"].summary
     assert not results["greedy_tokens"].passed, results["greedy_tokens"].summary
+    assert not results["greedy_tokens"].details["flip"]["near_tie"]  # identical logits: a rule, not arithmetic
     assert not results["transcript"].passed
