@@ -7,7 +7,7 @@ MODEL ?= smollm2-135m
 # pytest-xdist workers for `make test` (2 cores here).
 WORKERS ?= auto
 
-.PHONY: parity goldens test nightly signoff lint bench list venv clean-cache
+.PHONY: parity goldens test nightly signoff lint bench list venv clean-cache mutants
 
 venv: $(VENV)/.installed
 
@@ -52,3 +52,7 @@ list: venv
 
 clean-cache:
 	rm -rf .cache
+
+## make mutants: inject known faults into the in-tree implementations; every one must be caught (exit 1 otherwise)
+mutants: venv
+	MLX_PARITY_LOCALIZE=0 $(PY) -m harness.mutants $(ARGS)
