@@ -40,6 +40,7 @@ def _goldens(args: argparse.Namespace) -> int:
     session = ParitySession()
     for name in args.model:
         profile = session.profile(name)
+        session.selected_scenarios[profile.name] = {s.id for s in profile.scenarios}  # nightly ones too
         goldens = session.goldens(profile, regenerate=True)
         for sid, golden in goldens.items():
             print(f"{name}/{sid}: {len(golden.record.tokens)} steps -> {golden.manifest_path}")

@@ -5,7 +5,9 @@ Every mutant is one plausible bug (a config slip, one ULP in one weight, a dropp
 rule, a forgotten cache, a changed KV option...). It is applied in process (a model hook, a
 monkeypatch, or an edited scenario spec), judged by the real gates against the committed
 goldens, and counts as *killed* when at least one of its checks fails. The mutation score is
-killed / total; anything below 100 % exits 1 and names the survivors.
+killed / scored; anything below 100 % exits 1 and names the survivors. A mutant whose output
+is bit-identical to the unmutated implementation's is *equivalent* (no gate can see a fault
+that changes nothing): it is reported as such and not scored.
 
     .venv/bin/python -m harness.mutants [--only NAME ...]
 """
@@ -328,7 +330,24 @@ def judge(mutant: Mutant) -> dict[str, Any]:
             result = fn(golden, records[mode])
             if not result.passed:
                 failed[check] = result.summary
-    return {"killed": bool(failed), "failed_checks": failed, "seconds": time.perf_counter() - started}
+    equivalent = False
+    if not failed:
+        # A survivor is only a gate weakness if the fault changes what the implementation computes:
+        # compare with the unmutated implementation on the unedited scenario, bit for bit.
+        clean = ParitySession().runner(profile).run(runnable_spec(profile.scenario_spec(scenario)))
+        mutated = records["free"]
+        equivalent = (
+            clean.tokens == mutated.tokens
+            and clean.logits.tobytes() == mutated.logits.tobytes()
+            and all(clean.arrays[k].tobytes() == mutated.arrays[k].tobytes() for k in clean.arrays)
+            and clean.extra == mutated.extra
+        )
+    return {
+        "killed": bool(failed),
+        "equivalent": equivalent,
+        "failed_checks": failed,
+        "seconds": time.perf_counter() - started,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -337,22 +356,27 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("MLX_PARITY_LOCALIZE", "0")
     chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
-    rows, survivors = [], []
+    rows, survivors, equivalents = [], [], []
     for mutant in chosen:
         outcome = judge(mutant)
-        if not outcome["killed"]:
+        if outcome["equivalent"]:
+            equivalents.append(mutant.name)
+        elif not outcome["killed"]:
             survivors.append(mutant.name)
         caught = ", ".join(outcome["failed_checks"]) or "-"
-        verdict = "KILLED" if outcome["killed"] else "SURVIVED"
+        verdict = "KILLED" if outcome["killed"] else "EQUIVALENT" if outcome["equivalent"] else "SURVIVED"
         where = f"{mutant.model}/{mutant.scenario}"
         rows.append(f"| {mutant.name} | {mutant.fault} | {where} | {verdict} | {caught} | {outcome['seconds']:.0f} |")
         print(rows[-1], flush=True)
-    killed = len(chosen) - len(survivors)
+    scored = len(chosen) - len(equivalents)
+    killed = scored - len(survivors)
     print("\n| mutant | fault | judged on | verdict | failing checks | s |\n|---|---|---|---|---|---:|")
     print("\n".join(rows))
+    not_scored = f"; equivalent (output bit-identical to the unmutated one, not scored): {', '.join(equivalents)}"
     print(
-        f"\nmutation score: {killed}/{len(chosen)} killed"
+        f"\nmutation score: {killed}/{scored} killed"
         + (f"; SURVIVED: {', '.join(survivors)}" if survivors else "")
+        + (not_scored if equivalents else "")
     )
     return 1 if survivors else 0
 

@@ -233,10 +233,12 @@ class ParitySession:
         return goldens
 
     def _scenarios_in_scope(self, profile: Profile) -> list[Scenario]:
-        """This backend's scenarios, narrowed to what the pytest run selected (if it selected)."""
+        """This backend's scenarios, narrowed to what the pytest run selected. Without a
+        selection (a session used directly: tests, mutants, bench), nightly-tagged scenarios
+        are left out; `make goldens` selects every scenario."""
         active = profile.active_scenarios(device_facts().backend)
         if profile.name not in self.selected_scenarios:
-            return active
+            return [s for s in active if "nightly" not in s.tags]
         return [s for s in active if s.id in self.selected_scenarios[profile.name]]
 
     def _generate(self, profile: Profile, scenarios: list[Scenario], expected_blobs: dict[str, Any]) -> None:
