@@ -181,3 +181,17 @@ def test_a_changed_drafting_window_is_caught(session: ParitySession) -> None:
     composition = {"kind": "ngram_draft", "num_draft_tokens": 4, "ngram_min": 3, "ngram_max": 3}
     result = judge(session, "l2-ngram-draft", "draft_stats", composition=composition)
     assert not result.passed and "drafted/accepted counts differs" in result.summary, result.summary
+
+
+def test_a_changed_fused_sdpa_tile_size_is_caught() -> None:
+    """Fused quantized SDPA (L2, bf16 mini twin): 16-position tiles instead of 8 change the
+    online softmax's rounding, and the gate sees it."""
+    session = ParitySession()
+    profile = session.profile("minicpm5-2b-mini-bf16")
+    scenario = profile.scenario("l2-fused-sdpa")
+    golden = session.golden(profile, scenario).record
+    composition = dict(scenario.composition or {}) | {"n_chunk": 16}
+    spec = profile.scenario_spec(scenario) | {"composition": composition}
+    record = session.runner(profile).run(spec, forced=golden)
+    result = CHECKS["teacher_forced_logits"][1](golden, record)
+    assert not result.passed, result.summary
