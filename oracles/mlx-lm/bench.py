@@ -10,6 +10,7 @@ Usage: python -I bench.py --model-dir DIR --ids ids.json   (ids.json: {"prompt_i
 
 import argparse
 import importlib.metadata
+import importlib.util
 import json
 import time
 from pathlib import Path
@@ -32,11 +33,11 @@ def timed_run(model, prompt_ids, steps):
 
 
 def loaded_blas():
-    try:
-        with open("/proc/self/maps") as f:
-            return sorted({line.split()[-1] for line in f if "blas" in line.lower()})
-    except OSError:
-        return []
+    """The BLAS libraries this process has mapped: the generator's own function, loaded by path."""
+    spec = importlib.util.spec_from_file_location("oracle_generate", Path(__file__).resolve().parent / "generate.py")
+    generate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate)
+    return generate.loaded_libraries()
 
 
 def main():
