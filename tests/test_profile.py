@@ -47,6 +47,27 @@ def test_repository_profiles_are_valid() -> None:
             "scenarios[0].checks[0]: expected one of",
         ),
         (lambda t: t.replace("name: tiny", "name: other"), "name: expected the file's stem 'tiny'"),
+        # Schema additions: L2, speech, scoping.
+        (lambda t: t.replace("oracle: mlx-lm", "oracle: mlx-whisper"), "oracle: universal-llama is judged by 'mlx-lm'"),
+        (
+            lambda t: t.replace('prompt: "Hello"', 'prompt: "Hello"\n    oracle: mlx-optiq'),
+            "mlx-optiq judges composed paths only: add 'composition'",
+        ),
+        (
+            lambda t: t.replace('prompt: "Hello"', 'prompt: "Hello"\n    checks: [mel]'),
+            "do not apply to universal-llama",
+        ),
+        (
+            lambda t: t.replace('prompt: "Hello"', 'prompt: "Hello"\n    backends: [tpu]'),
+            "backends[0]: expected one of 'cpu' | 'gpu'",
+        ),
+        (
+            lambda t: t.replace(
+                "revision: 0123456789abcdef0123456789abcdef01234567",
+                "revision: 0123456789abcdef0123456789abcdef01234567\n  parts: [{package: x}]",
+            ),
+            "artifact.parts: only a pypi-ct2 model.bin can be split",
+        ),
         (lambda t: "just: [unclosed", "cannot read profile YAML"),
     ],
 )
