@@ -27,7 +27,7 @@ The options mirror generate_step's (mlx-lm 0.32.2), with its names and defaults:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -40,6 +40,31 @@ DEFAULT_QUANTIZED_KV_START = 5000
 
 # mlx-lm runs generation on its own stream; do the same so scheduling cannot differ.
 generation_stream = mx.new_thread_local_stream(mx.default_device())
+
+
+def force_row(logits: mx.array, forced_prefix: list[int], index: int) -> mx.array:
+    """mlx-lm's forcing processor (the one the oracles install): for the first
+    len(forced_prefix) steps every logit but the forced token's becomes -inf."""
+    if index >= len(forced_prefix):
+        return logits
+    keep = mx.arange(logits.shape[-1]) == forced_prefix[index]
+    return mx.where(keep, logits, mx.array(-mx.inf, dtype=logits.dtype))
+
+
+def prefill_prompt(
+    model: UniversalLlama, cache: list, prompt: mx.array, prefill_step_size: int, after_call: Callable[[], None]
+) -> mx.array:
+    """generate_step's prefill: the prompt but its last token in chunks, `after_call` (the KV
+    conversion) after each, only the cache evaluated. Returns what is left (the last token)."""
+    with mx.stream(generation_stream):
+        while prompt.size > 1:
+            chunk = min(prefill_step_size, prompt.size - 1)
+            model(prompt[:chunk][None], cache=cache)
+            after_call()
+            mx.eval([c.state for c in cache if getattr(c, "keys", True) is not None])
+            prompt = prompt[chunk:]
+            mx.clear_cache()
+    return prompt
 
 
 @dataclass(frozen=True)
@@ -102,23 +127,12 @@ def greedy_steps(
     def step(tokens: mx.array, index: int) -> tuple[mx.array, mx.array]:
         with mx.stream(generation_stream):
             logits = model(tokens[None], cache=cache)[:, -1, :]
-            processed = logits
-            if index < len(prefix):
-                keep = mx.arange(logits.shape[-1]) == prefix[index]
-                processed = mx.where(keep, logits, mx.array(-mx.inf, dtype=logits.dtype))
+            processed = force_row(logits, prefix, index)
             quantize_cache()
             logprobs = processed - mx.logsumexp(processed, keepdims=True)
             return logits, mx.argmax(logprobs, axis=-1)
 
-    with mx.stream(generation_stream):
-        prompt = mx.array(prompt_ids)
-        while prompt.size > 1:
-            chunk = min(prefill_step_size, prompt.size - 1)
-            model(prompt[:chunk][None], cache=cache)
-            quantize_cache()
-            mx.eval([c.state for c in cache])
-            prompt = prompt[chunk:]
-            mx.clear_cache()
+    prompt = prefill_prompt(model, cache, mx.array(prompt_ids), prefill_step_size, quantize_cache)
 
     # Like mlx-lm, queue the next step before handing out the current one, so the
     # device works while the caller reads; this changes timing, never values.

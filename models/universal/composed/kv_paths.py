@@ -28,6 +28,7 @@ from models.universal.cache import KVCache, RotatingKVCache
 from models.universal.composed.caches import QUANTIZED, RotatingQuantizedKVCache, cache_digest, quantize_layer
 from models.universal.composed.spec import Composition, FusedSDPA, MixedKV, RotatingQuantizedKV, StreamingKV
 from models.universal.composed.steps import ComposedStep, force_row, generation_stream
+from models.universal.generate import prefill_prompt
 from models.universal.model import UniversalLlama
 
 Convert = Callable[[list[Any]], None]
@@ -101,15 +102,7 @@ def kv_path_steps(
             logprobs = processed - mx.logsumexp(processed, keepdims=True)
             return logits, mx.argmax(logprobs, axis=-1)
 
-    with mx.stream(generation_stream):
-        prompt = mx.array(prompt_ids)
-        while prompt.size > 1:
-            chunk = min(prefill_step_size, prompt.size - 1)
-            model(prompt[:chunk][None], cache=caches)
-            convert(caches)
-            mx.eval([c.state for c in caches])
-            prompt = prompt[chunk:]
-            mx.clear_cache()
+    prompt = prefill_prompt(model, caches, mx.array(prompt_ids), prefill_step_size, lambda: convert(caches))
 
     logits, token = step(prompt, 0)
     mx.async_eval(logits, token)

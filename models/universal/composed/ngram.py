@@ -37,6 +37,7 @@ from models.universal.cache import KVCache, maybe_quantize_kv_cache
 from models.universal.composed.caches import cache_digest, trim
 from models.universal.composed.spec import NgramDraft
 from models.universal.composed.steps import ComposedStep, force_row, generation_stream
+from models.universal.generate import prefill_prompt
 from models.universal.model import UniversalLlama
 
 
@@ -131,15 +132,7 @@ def ngram_steps(
 
     index = NgramIndex(c.ngram_min, c.ngram_max)
     index.extend(prompt_ids)
-    prompt = mx.array(prompt_ids, dtype=mx.uint32)
-    with mx.stream(generation_stream):
-        while prompt.size > 1:
-            chunk = min(prefill_step_size, prompt.size - 1)
-            model(prompt[:chunk][None], cache=caches)
-            quantize()
-            mx.eval([cache.state for cache in caches if cache.keys is not None])
-            prompt = prompt[chunk:]
-            mx.clear_cache()
+    prompt = prefill_prompt(model, caches, mx.array(prompt_ids, dtype=mx.uint32), prefill_step_size, quantize)
 
     drafted_total = accepted_total = 0
     reported = [0, 0]  # the counters at the previous yield

@@ -7,7 +7,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from models.universal.generate import generation_stream
+from models.universal.generate import force_row, generation_stream
 
 __all__ = ["ComposedStep", "force_row", "generation_stream"]
 
@@ -27,12 +27,3 @@ class ComposedStep:
     logits: mx.array  # (vocab,)
     token: int
     info: dict[str, Any] = field(default_factory=dict)
-
-
-def force_row(logits: mx.array, forced_prefix: list[int], index: int) -> mx.array:
-    """mlx-lm's forcing processor (the one the oracles install): for the first
-    len(forced_prefix) steps every logit but the forced token's becomes -inf."""
-    if index >= len(forced_prefix):
-        return logits
-    keep = mx.arange(logits.shape[-1]) == forced_prefix[index]
-    return mx.where(keep, logits, mx.array(-mx.inf, dtype=logits.dtype))
