@@ -41,10 +41,8 @@ OPENBLAS = Path("/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0")
 
 def bench_prompt(profile: Profile, runner: Any) -> tuple[str, list[int]]:
     """The longest scenario prompt (as parity encodes it): a prompt the gate already runs."""
-    single = [
-        s for s in profile.active_scenarios(device_facts().backend) if s.kind in ("plain", "chat") and not s.turns
-    ]
-    single = [s for s in single if s.composition is None]
+    active = profile.active_scenarios(device_facts().backend)
+    single = [s for s in active if s.kind in ("plain", "chat") and not s.turns and s.composition is None]
     encoded = {s.id: runner.encode(profile.scenario_spec(s))[1] for s in single}
     longest = max(encoded, key=lambda sid: len(encoded[sid]))
     return longest, encoded[longest]

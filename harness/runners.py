@@ -239,7 +239,11 @@ class WhisperRunner:
         self.model_hook = model_hook
         self.label = label
         self._models: dict[bool, Any] = {}
-        self.model = self.model_for(fp16=False)
+
+    @property
+    def model(self) -> Any:
+        """The float32-dtype model (what tests and mutants perturb), loaded on first use."""
+        return self.model_for(fp16=False)
 
     def model_for(self, fp16: bool) -> Any:
         """The model as mlx-whisper's transcribe builds it for the option: float16 positional

@@ -134,3 +134,16 @@ def test_token_flips_are_classified_as_near_ties_or_not() -> None:
     # Same logits bit for bit, a different choice: a decoding rule, not arithmetic.
     rule = compare_tokens("greedy_tokens", oracle, record([[1.0, 1.001, 0.0]], [0]))
     assert not rule.passed and not rule.details["flip"]["near_tie"] and "not a near-tie" in rule.summary
+
+
+def test_eos_stop_is_judged_per_segment() -> None:
+    from harness.compare import compare_eos
+
+    def record(tokens: list[int]) -> ScenarioRecord:
+        rows = [{"row_offset": 0, "n_steps": 3}, {"row_offset": 3, "n_steps": 3}]
+        logits = np.zeros((6, 4), dtype=np.float32)
+        return ScenarioRecord("s", None, [1], tokens, logits, [2], extra={"rows": rows})
+
+    assert compare_eos("eos_stop", record([0, 2, 0, 0, 0, 2]), record([0, 2, 0, 0, 0, 2])).passed
+    late = compare_eos("eos_stop", record([0, 2, 0, 0, 0, 2]), record([0, 2, 0, 0, 0, 0]))
+    assert not late.passed and "batch row 1" in late.summary, late.summary

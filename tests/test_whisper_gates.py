@@ -10,7 +10,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from harness.session import ParitySession
+from harness.session import CHECKS as GATES
+from harness.session import ParitySession, runnable_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("whisper-large-v3-turbo-mini")]
 
@@ -83,3 +84,16 @@ def test_a_dropped_decoding_rule_fails_the_token_gates_not_the_logits(monkeypatc
     assert not results["greedy_tokens"].passed, results["greedy_tokens"].summary
     assert not results["greedy_tokens"].details["flip"]["near_tie"]  # identical logits: a rule, not arithmetic
     assert not results["transcript"].passed
+
+
+def test_a_changed_fallback_threshold_fails_the_fallback_gate() -> None:
+    """The temperature ladder's decisions are gated: a different log-prob threshold changes
+    which decode calls fall back, and fallback_decisions names the first call that differs."""
+    session = ParitySession()
+    profile = session.profile(MODEL)
+    scenario = profile.scenario("fox-english-ladder")
+    golden = session.golden(profile, scenario).record
+    spec = runnable_spec(profile.scenario_spec(scenario))
+    spec["options"] = dict(spec["options"]) | {"logprob_threshold": -100.0}
+    result = GATES["fallback_decisions"][1](golden, session.runner(profile).run(spec))
+    assert not result.passed and "decode calls and fallback decisions differs" in result.summary, result.summary
