@@ -21,7 +21,7 @@ Word-level timestamps (`word_timestamps=True`, DTW over cross-attention) are not
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -229,6 +229,7 @@ def transcribe(
     observer: TranscribeObserver | None = None,
     sampler: TemperatureSampler | None = None,
     forced_calls: Sequence[ForcedCall] | None = None,
+    decode_fn: Callable[..., Any] = decode,
     **decode_options: Any,
 ) -> dict[str, Any]:
     """Transcribe `audio` (a path or a 16 kHz waveform) with `model`, as mlx_whisper.transcribe.
@@ -237,7 +238,8 @@ def transcribe(
     `DecodingOptions` fields. `observer` sees the Mel, each decode call's steps and
     outcome. `forced_calls` replays a reference run: decode call i starts at
     `forced_calls[i].seek`, runs at its temperature, is fed its tokens, and falls back as
-    the reference did; everything else is computed as usual.
+    the reference did; everything else is computed as usual. `decode_fn` runs one decode call
+    (`decoding.decode`'s signature): the fast path passes its own.
 
     `prepend_punctuations`, `append_punctuations` and `hallucination_silence_threshold`
     only act with word timestamps: accepted for mlx_whisper.transcribe's signature.
@@ -293,7 +295,7 @@ def transcribe(
                 kwargs.pop("patience", None)
             else:  # no best-of when greedy
                 kwargs.pop("best_of", None)
-            result = decode(
+            result = decode_fn(
                 model,
                 segment,
                 encoding,
