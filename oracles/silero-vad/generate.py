@@ -1,0 +1,111 @@
+"""Silero VAD oracle: the silero-vad package's own model and `get_speech_timestamps` on WAVs.
+
+Runs inside the silero-vad oracle venv (oracles/silero-vad/requirements.txt) and imports only
+that venv's packages and the standard library. For each WAV (16 kHz mono 16-bit PCM, read with
+`wave`, samples / 32768 as float32, as torchaudio loads PCM16) it writes:
+
+- `<stem>.probs.npy`: float32, one speech probability per 512-sample chunk, exactly the values
+  the package's `get_speech_timestamps` thresholded (the model is wrapped so every call it
+  makes is recorded; nothing is recomputed beside it).
+- `<stem>.json`: the speech segments (integer sample offsets), the sample sha256, the options,
+  the package's wall time, and an environment block (versions, threads, platform).
+
+Usage: python generate.py --out DIR --options '{"threshold": 0.5, ...}' [--repeat N] a.wav ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.metadata as metadata
+import json
+import platform
+import sys
+import time
+import wave
+from pathlib import Path
+
+import numpy as np
+import torch
+from silero_vad import get_speech_timestamps, load_silero_vad
+
+
+class RecordingModel:
+    """The package's model, unchanged, with every probability it returns written down."""
+
+    def __init__(self, model):
+        self.model = model
+        self.probs: list[np.ndarray] = []
+
+    def reset_states(self) -> None:
+        self.probs = []
+        self.model.reset_states()
+
+    def __call__(self, chunk, sr):
+        out = self.model(chunk, sr)
+        self.probs.append(out.detach().numpy().astype(np.float32, copy=True).reshape(-1))
+        return out
+
+
+def read_wav(path: Path) -> np.ndarray:
+    with wave.open(str(path), "rb") as w:
+        if (w.getnchannels(), w.getsampwidth(), w.getframerate()) != (1, 2, 16000):
+            raise SystemExit(
+                f"{path}: expected 16 kHz mono 16-bit PCM, got {w.getframerate()} Hz, "
+                f"{w.getnchannels()} channels, {8 * w.getsampwidth()}-bit"
+            )
+        pcm = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")
+    return (pcm.astype(np.float32) / np.float32(32768.0)).astype(np.float32)
+
+
+def environment() -> dict:
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "torch": torch.__version__,
+        "torch_num_threads": torch.get_num_threads(),
+        "silero_vad": metadata.version("silero-vad"),
+        "numpy": np.__version__,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--options", default="{}", help="get_speech_timestamps keyword arguments (JSON)")
+    parser.add_argument("--repeat", type=int, default=1, help="timed repetitions (the first result is kept)")
+    parser.add_argument("wavs", nargs="+", type=Path)
+    args = parser.parse_args()
+    options = json.loads(args.options)
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    model = RecordingModel(load_silero_vad())  # the TorchScript model; the package sets 1 thread
+    for path in args.wavs:
+        samples = read_wav(path)
+        audio = torch.from_numpy(samples)
+        times = []
+        segments = probs = None
+        for _ in range(max(1, args.repeat)):
+            start = time.perf_counter()
+            result = get_speech_timestamps(audio, model, sampling_rate=16000, **options)
+            times.append(time.perf_counter() - start)
+            if segments is None:
+                segments = [{"start": int(s["start"]), "end": int(s["end"])} for s in result]
+                probs = np.concatenate(model.probs) if model.probs else np.zeros((0,), np.float32)
+        np.save(args.out / f"{path.stem}.probs.npy", probs.astype(np.float32), allow_pickle=False)
+        record = {
+            "wav": path.name,
+            "samples": int(samples.shape[0]),
+            "samples_sha256": hashlib.sha256(samples.tobytes()).hexdigest(),
+            "chunks": int(probs.shape[0]),
+            "segments": segments,
+            "options": options,
+            "seconds": times,
+            "environment": environment(),
+        }
+        (args.out / f"{path.stem}.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    main()
