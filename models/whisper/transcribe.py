@@ -16,11 +16,18 @@ Reproduced as mlx-whisper does it (they change outputs):
 - A segment emptied because it is instantaneous or blank gets a `"words": []` key; others
   have none (without word timestamps).
 
-Word-level timestamps (`word_timestamps=True`, DTW over cross-attention) are not ported.
+With `word_timestamps=True` every segment gets its words (`timing.add_word_timestamps`),
+and a window that does not end on a single timestamp is cut at its last word's end rather
+than at its last timestamp. `hallucination_silence_threshold` (with word timestamps)
+skips silence before a stretch of anomalous words, as mlx-whisper does. Word times and the
+segment times they move are numpy float64 inside the loop (their rounding is numpy's);
+the result holds them as Python floats (an int 0 where the reference clamps to `0`), which
+is what the reference's values serialise to.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,9 +53,14 @@ from models.whisper.decoding import (
     decode,
     detect_language,
 )
+from models.whisper.timing import add_word_timestamps
 from models.whisper.tokenizer import LANGUAGES, Tokenizer, get_tokenizer
 
 DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+# The words that do not count when judging a segment's words anomalous (mlx-whisper's list:
+# the default prepended and appended punctuation, run together; a word is skipped when it is
+# a substring of it).
+PUNCTUATION = "\"'“¿([{-\"'.。,，!！?？:：”)]}、"
 
 
 class TranscribeObserver(DecodeObserver):
@@ -199,6 +211,132 @@ def clear_empty_segments(segments: list[dict[str, Any]]) -> None:
             segment["words"] = []
 
 
+def ends_on_single_timestamp(tokens: Sequence[int], tokenizer: Tokenizer) -> bool:
+    """The window's tokens end on a text token then one timestamp: no speech after it."""
+    is_timestamp = np.array(tokens) >= tokenizer.timestamp_begin
+    return is_timestamp[-2:].tolist() == [False, True]
+
+
+def last_word_end(segments: list[dict[str, Any]]) -> Any:
+    """The end of the last word of `segments`; the last segment's end if none has words;
+    None without segments."""
+    ends = (word["end"] for segment in reversed(segments) for word in reversed(segment["words"]))
+    return next(ends, segments[-1]["end"] if segments else None)
+
+
+def word_anomaly_score(word: dict[str, Any]) -> float:
+    """How unlike speech a word looks: improbable, very short or very long."""
+    probability = word.get("probability", 0.0)
+    duration = word["end"] - word["start"]
+    score = 0.0
+    if probability < 0.15:
+        score += 1.0
+    if duration < 0.133:
+        score += (0.133 - duration) * 15
+    if duration > 2.0:
+        score += duration - 2.0
+    return score
+
+
+def is_segment_anomaly(segment: dict[str, Any] | None) -> bool:
+    """Its first eight non-punctuation words look like a hallucination."""
+    if segment is None or not segment["words"]:
+        return False
+    words = [word for word in segment["words"] if word["word"] not in PUNCTUATION][:8]
+    score = sum(word_anomaly_score(word) for word in words)
+    return score >= 3 or score + 0.01 >= len(words)
+
+
+def next_words_segment(segments: list[dict[str, Any]]) -> dict[str, Any] | None:
+    return next((segment for segment in segments if segment["words"]), None)
+
+
+@dataclass(frozen=True)
+class WindowTimes:
+    """Where one window sits in the clip, in frames and seconds (the seek loop's locals)."""
+
+    seek: int  # the window's first frame (`previous_seek` in the reference)
+    segment_size: int  # its frames of audio
+    time_offset: float
+    window_end_time: float
+    segment_duration: float
+    content_frames: int
+    content_duration: float
+
+
+def skip_hallucination_silence(
+    segments: list[dict[str, Any]],
+    window: WindowTimes,
+    seek: Any,
+    *,
+    threshold: float,
+    single_timestamp_ending: bool,
+    last_speech_timestamp: float,
+) -> tuple[Any, bool]:
+    """mlx-whisper's `hallucination_silence_threshold` pass over one window's segments.
+
+    Returns the next seek and whether the window is dropped whole (its first worded segment
+    is anomalous and starts after more than `threshold` seconds of silence: decoding resumes
+    at that segment). Otherwise `segments` may lose its tail from an anomalous segment
+    surrounded by silence or more anomalies, and seek moves to that segment.
+    """
+    if not single_timestamp_ending:
+        end = last_word_end(segments)
+        if end is not None and end > window.time_offset:
+            remaining_duration = window.window_end_time - end
+            if remaining_duration > threshold:
+                seek = round(end * FRAMES_PER_SECOND)
+            else:
+                seek = window.seek + window.segment_size
+
+    first_segment = next_words_segment(segments)
+    if first_segment is not None and is_segment_anomaly(first_segment):
+        gap = first_segment["start"] - window.time_offset
+        if gap > threshold:
+            return window.seek + round(gap * FRAMES_PER_SECOND), True
+
+    hal_last_end = last_speech_timestamp
+    for index, segment in enumerate(segments):
+        if not segment["words"]:
+            continue
+        if is_segment_anomaly(segment):
+            next_segment = next_words_segment(segments[index + 1 :])
+            if next_segment is not None:
+                hal_next_start = next_segment["words"][0]["start"]
+            else:
+                hal_next_start = window.time_offset + window.segment_duration
+            silence_before = (
+                segment["start"] - hal_last_end > threshold
+                or segment["start"] < threshold
+                or segment["start"] - window.time_offset < 2.0
+            )
+            silence_after = (
+                hal_next_start - segment["end"] > threshold
+                or is_segment_anomaly(next_segment)
+                or window.window_end_time - segment["end"] < 2.0
+            )
+            if silence_before and silence_after:
+                seek = round(max(window.time_offset + 1, segment["start"]) * FRAMES_PER_SECOND)
+                if window.content_duration - segment["end"] < threshold:
+                    seek = window.content_frames
+                segments[index:] = []
+                break
+        hal_last_end = segment["end"]
+    return seek, False
+
+
+def plain_floats(segments: list[dict[str, Any]]) -> None:
+    """numpy scalars in segment and word times (the word-timestamp path) as Python numbers."""
+    for segment in segments:
+        for key in ("start", "end"):
+            if isinstance(segment[key], np.generic):
+                segment[key] = segment[key].item()
+        for word in segment.get("words", []):
+            for key in ("start", "end", "probability"):
+                if isinstance(word[key], np.generic):
+                    word[key] = word[key].item()
+
+
 def _format_timestamp(seconds: float) -> str:
     milliseconds = round(seconds * 1000.0)
     hours, milliseconds = divmod(milliseconds, 3_600_000)
@@ -242,12 +380,10 @@ def transcribe(
     (`decoding.decode`'s signature): the fast path passes its own.
 
     `prepend_punctuations`, `append_punctuations` and `hallucination_silence_threshold`
-    only act with word timestamps: accepted for mlx_whisper.transcribe's signature.
+    only act with word timestamps, as in mlx_whisper.transcribe.
 
     Returns `{"text", "segments", "language"}`.
     """
-    if word_timestamps:
-        raise NotImplementedError("word-level timestamps are not ported")
     observer = observer or TranscribeObserver()
     sampler = sampler or TemperatureSampler()
     dtype = mx.float16 if decode_options.get("fp16", True) else mx.float32
@@ -275,6 +411,8 @@ def transcribe(
         encoding, multilingual=model.is_multilingual, num_languages=model.num_languages, language=language, task=task
     )
     seek_clips = parse_clip_timestamps(clip_timestamps, content_frames)
+    if word_timestamps and task == "translate":
+        warnings.warn("Word-level timestamps on translations may not be reliable.", stacklevel=2)
     forced_cursor = 0  # the next reference decode call, when replaying one
 
     def decode_with_fallback(segment: mx.array, seek: int, segment_size: int) -> DecodingResult:
@@ -321,6 +459,7 @@ def transcribe(
 
     seek = seek_clips[0][0]
     forced_done = False
+    last_speech_timestamp = 0.0
     for seek_clip_start, seek_clip_end in seek_clips:
         if fix_clip_start:
             seek = max(seek, seek_clip_start)
@@ -341,11 +480,53 @@ def transcribe(
                 seek += segment_size  # silence: on to the next window
                 continue
 
+            previous_seek = seek
             window = split_segments(
                 result.tokens, tokenizer, result, seek=seek, segment_size=segment_size, input_stride=input_stride
             )
             seek += window.seek_advance
             current_segments = window.segments
+
+            if word_timestamps:
+                times = WindowTimes(
+                    seek=previous_seek,
+                    segment_size=segment_size,
+                    time_offset=float(previous_seek * HOP_LENGTH / SAMPLE_RATE),
+                    window_end_time=float((previous_seek + N_FRAMES) * HOP_LENGTH / SAMPLE_RATE),
+                    segment_duration=segment_size * HOP_LENGTH / SAMPLE_RATE,
+                    content_frames=content_frames,
+                    content_duration=float(content_frames * HOP_LENGTH / SAMPLE_RATE),
+                )
+                add_word_timestamps(
+                    segments=current_segments,
+                    model=model,
+                    tokenizer=tokenizer,
+                    mel=mel_segment,
+                    num_frames=segment_size,
+                    prepend_punctuations=prepend_punctuations,
+                    append_punctuations=append_punctuations,
+                    last_speech_timestamp=last_speech_timestamp,
+                )
+                single_timestamp_ending = ends_on_single_timestamp(result.tokens, tokenizer)
+                if not single_timestamp_ending:
+                    # cut the window at its last word rather than at its last timestamp
+                    end = last_word_end(current_segments)
+                    if end is not None and end > times.time_offset:
+                        seek = round(end * FRAMES_PER_SECOND)
+                if hallucination_silence_threshold is not None:
+                    seek, drop_window = skip_hallucination_silence(
+                        current_segments,
+                        times,
+                        seek,
+                        threshold=hallucination_silence_threshold,
+                        single_timestamp_ending=single_timestamp_ending,
+                        last_speech_timestamp=last_speech_timestamp,
+                    )
+                    if drop_window:
+                        continue
+                end = last_word_end(current_segments)
+                if end is not None:
+                    last_speech_timestamp = end
 
             if verbose:
                 for segment in current_segments:
@@ -353,6 +534,7 @@ def transcribe(
                     print(f"[{_format_timestamp(start)} --> {_format_timestamp(end)}] {text}")
 
             clear_empty_segments(current_segments)
+            plain_floats(current_segments)
             all_segments.extend(
                 {"id": i, **segment} for i, segment in enumerate(current_segments, start=len(all_segments))
             )
