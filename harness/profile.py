@@ -31,7 +31,19 @@ LlmCheck = Literal[
     "eos_stop",
 ]
 # Speech: the front end, the encoder, then the same step gates, then the decoding task's results.
-SpeechCheck = Literal["mel", "encoder_output", "transcript", "fallback_decisions"]
+SpeechCheck = Literal[
+    "mel",
+    "encoder_output",
+    "transcript",
+    "fallback_decisions",
+    # Token-level only (an oracle in another framework, whose floats are not MLX's bits):
+    "decode_tokens",
+    "transcript_text",
+    # The writers (txt, vtt, srt, tsv, json) of the transcript, byte for byte.
+    "writers",
+    # L2 fast path: differing tokens within the profile's budget, each a near-tie.
+    "token_budget",
+]
 # L2 drafting: the drafted / accepted counts of every step.
 CompositionCheck = Literal["draft_stats"]
 CheckName = Literal[LlmCheck, SpeechCheck, CompositionCheck]
@@ -45,16 +57,30 @@ SPEECH_CHECKS: tuple[str, ...] = (
     "greedy_tokens",
     "transcript",
     "fallback_decisions",
+    "decode_tokens",
+    "transcript_text",
+    "writers",
+    "token_budget",
 )
+# An oracle computing in another framework (PyTorch): its logits are not MLX's bits, so only
+# what is decided from them (tokens, text, timestamps, writers' bytes) can be judged.
+FOREIGN_ORACLES = ("openai-whisper",)
+TOKEN_LEVEL_CHECKS = ("decode_tokens", "transcript_text", "writers")
+# Compositions an implementation runs in-tree only: judged at L2 against the plain oracle's
+# reference path, within a budget whose every counted difference is explained.
+INTREE_COMPOSITIONS = {"whisper": ("whisper-fast",)}
 CHECKS_BY_IMPLEMENTATION = {
     "universal-llama": (*L1_CHECKS, "draft_stats"),
     "whisper": SPEECH_CHECKS,
 }
 GENERATION_OPTIONS = ("forced_prefix", "kv_bits", "kv_group_size", "quantized_kv_start", "max_kv_size")
-ORACLES_BY_IMPLEMENTATION = {"universal-llama": ("mlx-lm", "mlx-optiq"), "whisper": ("mlx-whisper",)}
+ORACLES_BY_IMPLEMENTATION = {
+    "universal-llama": ("mlx-lm", "mlx-optiq"),
+    "whisper": ("mlx-whisper", "openai-whisper"),
+}
 # The oracle that judges composed (L2) paths: mlx-lm with optiq's runtime patches.
 COMPOSED_ORACLE = "mlx-optiq"
-OracleName = Literal["mlx-lm", "mlx-optiq", "mlx-whisper"]
+OracleName = Literal["mlx-lm", "mlx-optiq", "mlx-whisper", "openai-whisper"]
 
 
 @dataclass(frozen=True)
@@ -165,6 +191,9 @@ class Scenario:
     kv_group_size: int | None = None
     quantized_kv_start: int | None = None
     max_kv_size: int | None = None  # a RotatingKVCache(max_size, keep=4) per layer
+    # Speech: options of the writers check (max_line_width, max_line_count, highlight_words,
+    # max_words_per_line); they shape the written files, not the transcription (not hashed).
+    writer_options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def kind(self) -> str:
@@ -209,7 +238,13 @@ class Scenario:
         if self.composition is not None:
             if not isinstance(self.composition.get("kind"), str):
                 raise ProfileError(f"{where}.composition.kind: expected a string naming the composed path")
-            if self.tier == "L1" or self.oracle not in (None, COMPOSED_ORACLE):
+            if self.composition["kind"] in INTREE_COMPOSITIONS["whisper"]:
+                _check_budget(self.composition, f"{where}.composition")
+                if self.tier == "L1" or self.oracle is not None:
+                    raise ProfileError(
+                        f"{where}: {self.composition['kind']} is judged at L2 against the profile's oracle"
+                    )
+            elif self.tier == "L1" or self.oracle not in (None, COMPOSED_ORACLE):
                 raise ProfileError(f"{where}: a composition is judged at L2 by {COMPOSED_ORACLE}, nothing else")
         elif self.oracle == COMPOSED_ORACLE:
             raise ProfileError(f"{where}.oracle: {COMPOSED_ORACLE} judges composed paths only: add 'composition'")
@@ -219,6 +254,24 @@ class Scenario:
             raise ProfileError(f"{where}: kv_group_size / quantized_kv_start need kv_bits")
         if self.max_kv_size is not None and self.max_kv_size < 5:
             raise ProfileError(f"{where}.max_kv_size: expected >= 5 (4 tokens are kept), got {self.max_kv_size}")
+
+
+def _check_budget(composition: dict[str, Any], where: str) -> None:
+    """An L2 budget states its size and where the number comes from (its origin)."""
+    budget = composition.get("budget")
+    if not isinstance(budget, dict):
+        raise ProfileError(f"{where}.budget: expected {{max_differing_tokens: N, origin: '...'}}")
+    n = budget.get("max_differing_tokens")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise ProfileError(f"{where}.budget.max_differing_tokens: expected an integer >= 0, got {n!r}")
+    if not isinstance(budget.get("origin"), str) or not budget["origin"].strip():
+        raise ProfileError(f"{where}.budget.origin: expected the recorded origin of the number (a non-empty string)")
+    unknown = set(budget) - {"max_differing_tokens", "origin"}
+    if unknown:
+        raise ProfileError(f"{where}.budget: unknown keys {sorted(unknown)}")
+    unknown = set(composition) - {"kind", "budget"}
+    if unknown:
+        raise ProfileError(f"{where}: unknown keys {sorted(unknown)}")
 
 
 def _check_message(message: dict[str, Any], where: str) -> None:
@@ -279,7 +332,17 @@ class Profile:
         return s.tier or ("L2" if s.composition is not None else self.tier)
 
     def oracle_of(self, s: Scenario) -> str:
-        return s.oracle or (COMPOSED_ORACLE if s.composition is not None else self.oracle)
+        if s.oracle:
+            return s.oracle
+        if s.composition is not None and not self.intree_composition(s):
+            return COMPOSED_ORACLE
+        return self.oracle
+
+    def intree_composition(self, s: Scenario) -> bool:
+        """A composition the oracle does not run: it computes its reference path instead."""
+        return s.composition is not None and s.composition.get("kind") in INTREE_COMPOSITIONS.get(
+            self.implementation, ()
+        )
 
     def expected_rows(self, s: Scenario) -> int | None:
         """How many logits rows both sides must produce; None when the run decides (speech)."""
@@ -304,7 +367,7 @@ class Profile:
                 "audio_sha256": _file_sha256(REPO_ROOT / s.audio) if s.audio else None,
                 "options": self.defaults.options | s.options,
                 "seed": s.seed if s.seed is not None else 0,
-            }
+            } | ({"composition": s.composition} if s.composition is not None else {})
         spec = {
             "id": s.id,
             "kind": s.kind,
@@ -451,10 +514,10 @@ def _check_profile(profile: Profile) -> None:
         raise ProfileError("scenarios: expected at least one scenario")
     allowed_oracles = ORACLES_BY_IMPLEMENTATION[profile.implementation]
     allowed_checks = CHECKS_BY_IMPLEMENTATION[profile.implementation]
-    if profile.oracle not in allowed_oracles or profile.oracle == COMPOSED_ORACLE:
+    if profile.oracle != allowed_oracles[0]:
         raise ProfileError(
-            f"oracle: {profile.implementation} is judged by {allowed_oracles[0]!r} (and L2 scenarios by their "
-            f"composition's oracle), got {profile.oracle!r}"
+            f"oracle: {profile.implementation} is judged by {allowed_oracles[0]!r} (and single scenarios by "
+            f"{list(allowed_oracles[1:])} where they say so), got {profile.oracle!r}"
         )
     speech = profile.implementation == "whisper"
     seen: set[str] = set()
@@ -480,6 +543,25 @@ def _check_profile(profile: Profile) -> None:
             )
         if "draft_stats" in profile.checks(s) and (s.composition or {}).get("kind") != "ngram_draft":
             raise ProfileError(f"{where}.checks: draft_stats needs a composition of kind 'ngram_draft'")
+        if s.composition is not None and speech and not profile.intree_composition(s):
+            raise ProfileError(
+                f"{where}.composition.kind: {s.composition['kind']!r} is not a {profile.implementation} composition; "
+                f"known: {list(INTREE_COMPOSITIONS[profile.implementation])}"
+            )
+        if ("token_budget" in profile.checks(s)) != profile.intree_composition(s):
+            raise ProfileError(
+                f"{where}.checks: token_budget judges an in-tree composition with a budget "
+                "(composition kind whisper-fast), and such a scenario must run it"
+            )
+        if profile.oracle_of(s) in FOREIGN_ORACLES:
+            bad = [c for c in profile.checks(s) if c not in TOKEN_LEVEL_CHECKS]
+            if bad:
+                raise ProfileError(
+                    f"{where}.checks: {bad} compare MLX bits, which {profile.oracle_of(s)} (PyTorch) does not "
+                    f"compute; allowed: {list(TOKEN_LEVEL_CHECKS)}"
+                )
+        if s.writer_options and "writers" not in profile.checks(s):
+            raise ProfileError(f"{where}.writer_options: only meaningful with the writers check")
         if s.audio is not None:
             audio = REPO_ROOT / s.audio
             if Path(s.audio).is_absolute() or not audio.is_file():

@@ -265,6 +265,9 @@ class WhisperRunner:
     def run(self, spec: dict[str, Any], forced: ScenarioRecord | None = None) -> ScenarioRecord:
         from models.whisper.run import transcribe_record
 
+        if (spec.get("composition") or {}).get("kind") == "whisper-fast":
+            from models.whisper.fast import fast_transcribe_record as transcribe_record  # noqa: F811
+
         mode = "teacher_forced" if forced is not None else "free"
         with progress.task(f"{self.label}{spec['id']} ({mode}): in-tree transcribe"):
             out = transcribe_record(

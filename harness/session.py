@@ -36,7 +36,7 @@ from harness.localize import (
     oracle_module_outputs,
 )
 from harness.paths import REPO_ROOT, cache_root, goldens_dir, oracles_dir
-from harness.profile import Profile, Scenario, find_profile
+from harness.profile import FOREIGN_ORACLES, Profile, Scenario, find_profile
 from harness.provenance import device_facts
 from harness.records import ScenarioRecord
 from harness.runners import InTreeRunner, ModelHook, OracleRunner, WhisperRunner
@@ -52,6 +52,25 @@ def _decisions(record: ScenarioRecord) -> list[dict[str, Any]]:
     tokens, steps, tokens, text, avg log-prob, compression ratio, no-speech probability, and the
     fallback decision with its reasons: the whole temperature ladder, decision by decision."""
     return list(record.extra.get("decode_calls", []))
+
+
+# Transcript fields computed from log-probabilities: an oracle in another framework (PyTorch)
+# computes them with other bits, so a token-level comparison leaves them out.
+LOGPROB_FIELDS = ("avg_logprob", "no_speech_prob", "probability")
+
+
+def _without_logprob_fields(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_logprob_fields(v) for k, v in value.items() if k not in LOGPROB_FIELDS}
+    if isinstance(value, list):
+        return [_without_logprob_fields(v) for v in value]
+    return value
+
+
+def _decode_call_tokens(record: ScenarioRecord) -> list[dict[str, Any]]:
+    """Each decode call's window, temperature, prompt and chosen tokens (no log-prob floats)."""
+    keep = ("window", "temperature", "initial_tokens", "n_steps", "batch", "member_tokens", "tokens", "text")
+    return [{k: call[k] for k in keep if k in call} for call in record.extra.get("decode_calls", [])]
 
 
 CHECKS: dict[str, tuple[str, CheckFn]] = {
@@ -76,6 +95,16 @@ CHECKS: dict[str, tuple[str, CheckFn]] = {
             "fallback_decisions", "decode calls and fallback decisions", _decisions(g), _decisions(a)
         ),
     ),
+    "decode_tokens": ("free", lambda g, a: _decode_tokens(g, a)),
+    "transcript_text": (
+        "free",
+        lambda g, a: compare_json(
+            "transcript_text",
+            "transcript (text, tokens, timestamps; log-prob floats left out)",
+            _without_logprob_fields(g.extra.get("transcript")),
+            _without_logprob_fields(a.extra.get("transcript")),
+        ),
+    ),
     "draft_stats": (
         "free",
         lambda g, a: compare_json(
@@ -83,6 +112,24 @@ CHECKS: dict[str, tuple[str, CheckFn]] = {
         ),
     ),
 }
+
+# Checks that need more than one record pair; run by ParitySession itself.
+SESSION_CHECKS = ("writers", "token_budget")
+
+
+def _decode_tokens(golden: ScenarioRecord, actual: ScenarioRecord) -> CheckResult:
+    """Every row's token (each beam row, each step) and each decode call's chosen tokens."""
+    result = compare_tokens("decode_tokens", golden, actual)
+    if not result.passed:
+        return result
+    calls = compare_json(
+        "decode_tokens", "decode calls' chosen tokens", _decode_call_tokens(golden), _decode_call_tokens(actual)
+    )
+    if not calls.passed:
+        return calls
+    result.summary += f"; {len(_decode_call_tokens(golden))} decode calls chose identical tokens"
+    return result
+
 
 # Logits gates whose failures are localized to a module.
 LOGITS_CHECKS = ("prefill_logits", "decode_logits", "teacher_forced_logits")
@@ -224,6 +271,8 @@ class ParitySession:
             }
         for golden in goldens.values():
             oracle_mlx = golden.manifest.get("oracle_environment", {}).get("mlx")
+            if golden.manifest.get("oracle") in FOREIGN_ORACLES:
+                continue  # no mlx in it: judged on tokens only (profile validation sees to that)
             if oracle_mlx != device_facts().mlx:
                 raise OracleVersionError(
                     f"golden {golden.manifest_path} was made by an oracle running mlx {oracle_mlx}, the "
@@ -244,7 +293,7 @@ class ParitySession:
     def _generate(self, profile: Profile, scenarios: list[Scenario], expected_blobs: dict[str, Any]) -> None:
         artifact = self.artifact(profile)
         oracle = profile.oracle_of(scenarios[0])
-        specs = [runnable_spec(profile.scenario_spec(s)) for s in scenarios]
+        specs = [oracle_spec(profile, s) for s in scenarios]
         environment, records, errors = self.oracle_runner(oracle).run(artifact.model_dir, specs)
         for scenario in scenarios:
             if scenario.id in errors:
@@ -292,18 +341,29 @@ class ParitySession:
     def intree(self, profile: Profile, scenario: Scenario, mode: str) -> ScenarioRecord:
         """The in-tree record of a scenario, checked for determinism before any comparison."""
         key = (profile.name, scenario.id, mode)
-        if key not in self._records:
+        if (profile.name, scenario.id, "free") not in self._records:
             golden = self.golden(profile, scenario).record
             spec = runnable_spec(profile.scenario_spec(scenario))
             free = self._run(profile, spec, None)
-            forced = self._run(profile, spec, golden)
+            # Teacher forcing only where a check judges it (beam search has no forced path).
+            wants_forced = any(
+                CHECKS[c][0] == "teacher_forced" or c == "token_budget"
+                for c in profile.checks(scenario)
+                if c in CHECKS or c in SESSION_CHECKS
+            )
+            forced = self._run(profile, spec, golden) if wants_forced else None
             # Fed the same tokens, two runs must agree bit for bit. When the free run followed the
             # oracle's tokens, the teacher-forced run is exactly such a repeat; otherwise repeat it.
-            same_path = free.tokens == golden.tokens and free.extra.get("decode_calls") is None
+            same_path = forced is not None and free.tokens == golden.tokens and free.extra.get("decode_calls") is None
             repeat = forced if same_path else self._run(profile, spec, None)
             check_deterministic(f"{profile.name}/{scenario.id}", free, repeat)
             self._records[(profile.name, scenario.id, "free")] = free
-            self._records[(profile.name, scenario.id, "teacher_forced")] = forced
+            if forced is not None:
+                self._records[(profile.name, scenario.id, "teacher_forced")] = forced
+        if key not in self._records:
+            raise HarnessError(
+                f"{profile.name}/{scenario.id}: no {mode} in-tree run (no check of the scenario asks for it)"
+            )
         return self._records[key]
 
     def _run(self, profile: Profile, spec: dict[str, Any], forced: ScenarioRecord | None) -> ScenarioRecord:
@@ -314,6 +374,8 @@ class ParitySession:
     # -- checks ------------------------------------------------------------------------------
 
     def run_check(self, profile: Profile, scenario: Scenario, check: str) -> CheckResult:
+        if check in SESSION_CHECKS:
+            return self._session_check(profile, scenario, check)
         if check not in CHECKS:
             raise HarnessError(f"{profile.name}/{scenario.id}: unknown check {check!r}; known: {sorted(CHECKS)}")
         mode, fn = CHECKS[check]
@@ -324,6 +386,26 @@ class ParitySession:
             if where is not None:
                 result.summary += f"; {where.explain()}"
                 result.details["localization"] = where.as_dict()
+        return result
+
+    def _session_check(self, profile: Profile, scenario: Scenario, check: str) -> CheckResult:
+        golden = self.golden(profile, scenario).record
+        free = self.intree(profile, scenario, "free")
+        if check == "writers":
+            from harness.writers_gate import check_writers
+
+            return check_writers(
+                golden.extra.get("transcript"),
+                free.extra.get("transcript"),
+                str(REPO_ROOT / scenario.audio),
+                dict(scenario.writer_options),
+            )
+        from harness.fastpath_gate import check_token_budget
+
+        forced = self.intree(profile, scenario, "teacher_forced")
+        budget = scenario.composition["budget"]
+        result = check_token_budget(golden, free, forced, int(budget["max_differing_tokens"]))
+        result.details["budget"] = budget
         return result
 
     def localize(self, profile: Profile, scenario: Scenario, row: int) -> Localization | None:
@@ -340,6 +422,15 @@ class ParitySession:
                 actual = intree_module_outputs(self.runner(profile), spec, golden, row)
                 self._localizations[key] = first_divergence(expected, actual, row)
         return self._localizations[key]
+
+
+def oracle_spec(profile: Profile, scenario: Scenario) -> dict[str, Any]:
+    """What the oracle is asked to run: an in-tree composition (the Whisper fast path) is
+    judged against the oracle's reference path, so the oracle never sees it."""
+    spec = runnable_spec(profile.scenario_spec(scenario))
+    if profile.intree_composition(scenario):
+        spec = {k: v for k, v in spec.items() if k != "composition"}
+    return spec
 
 
 def runnable_spec(spec: dict[str, Any]) -> dict[str, Any]:

@@ -25,7 +25,9 @@ from harness.paths import cache_root, oracles_dir
 from harness.progress import progress
 
 # The distributions whose versions identify an oracle interpreter.
-ORACLE_DISTRIBUTIONS = ("mlx", "mlx-lm", "mlx-whisper", "mlx-optiq", "transformers")
+ORACLE_DISTRIBUTIONS = ("mlx", "mlx-lm", "mlx-whisper", "mlx-optiq", "transformers", "openai-whisper", "torch")
+# Oracles computing in another framework (no mlx in their venv): judged on tokens only.
+MLX_FREE_ORACLES = ("openai-whisper",)
 
 _VERSIONS_SNIPPET = (
     "import importlib.metadata as m, json, sys\n"
@@ -168,6 +170,12 @@ def check_same_mlx(env: OracleEnv, project_mlx: str) -> dict[str, str | None]:
     """Refuse to go on when the oracle's mlx differs from the project's: bits would not compare."""
     versions = env.versions(*ORACLE_DISTRIBUTIONS, "mlx-cpu")
     oracle_mlx = versions.get("mlx")
+    if env.name in MLX_FREE_ORACLES:
+        if oracle_mlx is not None:
+            raise OracleVersionError(
+                f"oracle {env.name} venv {env.root} has mlx {oracle_mlx}: it must compute without it"
+            )
+        return versions
     if oracle_mlx != project_mlx:
         raise OracleVersionError(
             f"oracle {env.name} venv {env.root} has mlx {oracle_mlx}, the project venv has mlx "
