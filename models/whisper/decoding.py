@@ -27,6 +27,13 @@ Instrumentation: a `DecodeObserver` sees every step's logits before the filters 
 token appended after them; `forced_tokens` (per batch member, its tokens up to its first
 EOT) feeds given tokens instead of the chosen ones (teacher forcing), everything else
 computed as usual.
+
+Beam search (`DecodingOptions.beam_size`): mlx-whisper raises NotImplementedError, so its
+reference is openai-whisper (20250625), and a beam-search task follows openai-whisper's
+DecodingTask wherever that differs from mlx-whisper's: its `BeamSearchDecoder` (see there),
+its step loop (no step past the end: it stops right after the update that completes the
+search), and its `ApplyTimestampRules` (the monotonic rule, and the timestamp-vs-text
+comparison on the logits after the grammar mask). Teacher forcing has no beam-search path.
 """
 
 from __future__ import annotations
@@ -93,8 +100,8 @@ class DecodingOptions:
     temperature: float = 0.0
     sample_len: int | None = None  # at most this many steps; n_text_ctx // 2 when None
     best_of: int | None = None  # independent samples at T > 0
-    beam_size: int | None = None  # beam search: not implemented (as in mlx-whisper)
-    patience: float | None = None
+    beam_size: int | None = None  # beam search with openai-whisper's semantics (see the module docstring)
+    patience: float | None = None  # beam search: stop at round(beam_size * patience) finished sequences
     length_penalty: float | None = None  # Google NMT alpha; plain length normalization when None
     prompt: str | list[int] | None = None  # previous context, after <|startofprev|>
     prefix: str | list[int] | None = None  # forced start of the current window's text
@@ -149,6 +156,32 @@ class Inference:
 
     def reset(self) -> None:
         self.kv_cache = None
+
+    def reorder(self, source_rows: Sequence[int]) -> None:
+        """Row i of the self-attention cache becomes old row `source_rows[i]` (beam search)."""
+        if self.kv_cache is not None and list(source_rows) != list(range(len(source_rows))):
+            self.kv_cache = reorder_self_attention_cache(self.kv_cache, source_rows)
+
+
+def reorder_self_attention_cache(kv_cache: list[Any], source_rows: Sequence[int]) -> list[Any]:
+    """The cache with each layer's self-attention K/V rows gathered on the device.
+
+    One layer's cache is `((self_k, self_v), (cross_k, cross_v))`, each `[rows, T, D]`. Only
+    the self-attention part follows the beam rows: the cross-attention K/V are computed from
+    the audio features, which beam search never copies per row (their batch is the audio's).
+    """
+    rows = mx.array(list(source_rows), dtype=mx.int32)
+    reordered = []
+    for self_kv, cross_kv in kv_cache:
+        if self_kv is not None:
+            if self_kv[0].shape[0] != len(source_rows):
+                raise ValueError(
+                    f"beam search: the self-attention cache has {self_kv[0].shape[0]} rows, "
+                    f"{len(source_rows)} source rows were given"
+                )
+            self_kv = (mx.take(self_kv[0], rows, axis=0), mx.take(self_kv[1], rows, axis=0))
+        reordered.append((self_kv, cross_kv))
+    return reordered
 
 
 class MaximumLikelihoodRanker:
@@ -233,6 +266,125 @@ class GreedyDecoder:
         return mx.pad(tokens, [(0, 0), (0, 0), (0, 1)], constant_values=self.eot), sum_logprobs
 
 
+class BeamSearchDecoder:
+    """openai-whisper's beam search over `beam_size` rows per audio, at most `sample_len` steps.
+
+    Each step, every row proposes its `beam_size + 1` most probable next tokens (top-k of
+    its log-probabilities on the device; only the `[rows, k]` slice is read back) scored
+    by the row's float32 sum plus the token's log-probability, added in float32. Per
+    audio, the candidates are ranked by score (descending; equal scores keep proposal
+    order: row-major, then top-k order). A sequence proposed twice (at the first step all
+    rows hold the prompt) keeps its first place in that order and its last proposal's score
+    and row. Walking the ranking, a candidate ending in EOT is set aside as finished and
+    any other becomes the next beam row, until `beam_size` rows are filled; the finished
+    ones ranked above the last filled row are then added to the audio's finished
+    sequences, best first, while it holds fewer than `round(beam_size * patience)`. The
+    search completes when every audio holds that many. The self-attention cache rows are
+    gathered to follow the rows' sources.
+
+    Equal log-probabilities within a row come out lowest token id first (openai-whisper
+    takes torch's CPU top-k order, which leaves equal values unordered): only a tie
+    between two candidates decides anything, so this matters only on exactly equal float32
+    scores, or when a row has fewer than `beam_size + 1` finite log-probabilities.
+    """
+
+    def __init__(self, beam_size: int, eot: int, inference: Inference, patience: float | None = None):
+        self.beam_size = beam_size
+        self.eot = eot
+        self.inference = inference
+        self.patience = patience or 1.0  # openai-whisper: None and 0 both mean 1
+        self.max_candidates = round(beam_size * self.patience)
+        if beam_size < 1 or self.max_candidates < 1:
+            raise ValueError(
+                f"beam search: beam_size {beam_size} and patience {patience} leave "
+                f"{self.max_candidates} finished sequences to wait for (expected at least 1)"
+            )
+        self.finished: list[dict[tuple[int, ...], float]] | None = None
+
+    def reset(self) -> None:
+        self.finished = None
+
+    def top_candidates(self, logits: mx.array, sum_logprobs: mx.array) -> tuple[list[list[int]], list[list[float]]]:
+        """Per row, its `beam_size + 1` best tokens and their float32 scores, best first."""
+        k = self.beam_size + 1
+        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        token_ids = mx.argpartition(-logprobs, kth=k - 1, axis=-1)[:, :k]
+        scores = sum_logprobs[:, None] + mx.take_along_axis(logprobs, token_ids, axis=-1)
+        mx.eval(token_ids, scores)
+        ids, values = token_ids.tolist(), scores.tolist()
+        ranked_ids, ranked_scores = [], []
+        for row_ids, row_scores in zip(ids, values, strict=True):
+            order = sorted(range(k), key=lambda c: (-row_scores[c], row_ids[c]))
+            ranked_ids.append([row_ids[c] for c in order])
+            ranked_scores.append([row_scores[c] for c in order])
+        return ranked_ids, ranked_scores
+
+    def update(self, tokens: mx.array, logits: mx.array, sum_logprobs: mx.array) -> tuple[mx.array, bool, mx.array]:
+        """(the new beam rows, search completed?, their sums); `tokens` `[n_audio * beam_size, length]`."""
+        n_rows = tokens.shape[0]
+        if n_rows % self.beam_size != 0:
+            raise ValueError(f"beam search: {n_rows} rows is not a multiple of beam_size {self.beam_size}")
+        n_audio = n_rows // self.beam_size
+        if self.finished is None:
+            self.finished = [{} for _ in range(n_audio)]
+        token_ids, scores = self.top_candidates(logits, sum_logprobs)
+        rows = tokens.tolist()
+
+        next_rows: list[list[int]] = []
+        next_sums: list[float] = []
+        sources: list[int] = []
+        for audio in range(n_audio):
+            # proposal order; a repeated sequence keeps its first slot, its last score and row
+            proposals: dict[tuple[int, ...], tuple[float, int]] = {}
+            for row in range(audio * self.beam_size, (audio + 1) * self.beam_size):
+                for token, score in zip(token_ids[row], scores[row], strict=True):
+                    proposals[(*rows[row], token)] = (score, row)
+            ranking = sorted(proposals.items(), key=lambda item: -item[1][0])  # stable: ties keep order
+            newly_finished: list[tuple[tuple[int, ...], float]] = []
+            filled = 0
+            for sequence, (score, row) in ranking:
+                if sequence[-1] == self.eot:
+                    newly_finished.append((sequence, score))
+                    continue
+                next_rows.append(list(sequence))
+                next_sums.append(score)
+                sources.append(row)
+                filled += 1
+                if filled == self.beam_size:
+                    break
+            finished = self.finished[audio]
+            for sequence, score in newly_finished:  # already best first
+                if len(finished) >= self.max_candidates:
+                    break
+                finished[sequence] = score
+
+        self.inference.reorder(sources)
+        completed = all(len(finished) >= self.max_candidates for finished in self.finished)
+        return mx.array(next_rows), completed, mx.array(next_sums, dtype=mx.float32)
+
+    def finalize(
+        self, tokens: list[list[list[int]]], sum_logprobs: list[list[float]]
+    ) -> tuple[list[list[list[int]]], list[list[float]]]:
+        """Per audio, its finished sequences (each ending in EOT) and their sums, in the order
+        they finished; an audio with fewer than `beam_size` gets its best live rows too.
+
+        The live rows are taken by descending sum, equal sums the later row first (the
+        reverse of a stable ascending sort, as openai-whisper takes them).
+        """
+        if self.finished is None:
+            self.finished = [{} for _ in tokens]
+        for finished, rows, sums in zip(self.finished, tokens, sum_logprobs, strict=True):
+            by_sum = sorted(range(len(rows)), key=lambda r: sums[r])[::-1]
+            for row in by_sum:
+                if len(finished) >= self.beam_size:
+                    break
+                finished[(*rows[row], self.eot)] = sums[row]
+        return (
+            [[list(sequence) for sequence in finished] for finished in self.finished],
+            [list(finished.values()) for finished in self.finished],
+        )
+
+
 class LogitFilter:
     def apply(self, logits: mx.array, tokens: mx.array) -> mx.array:
         """`logits` `[n_batch, n_vocab]` after masking, given the `[n_batch, length]` tokens so far."""
@@ -274,6 +426,9 @@ class ApplyTimestampRules(LogitFilter):
 
     The monotonic rule (no timestamp before the last one) runs only with
     `fix_monotonic_timestamps`: mlx-whisper's version of it masks an empty range.
+    `openai_whisper=True` is openai-whisper's filter (the beam-search reference): the
+    monotonic rule, and the timestamp-vs-text comparison made on the logits after the
+    grammar mask, where mlx-whisper compares the logits as they came in.
     """
 
     def __init__(
@@ -282,11 +437,13 @@ class ApplyTimestampRules(LogitFilter):
         sample_begin: int,
         max_initial_timestamp_index: int | None,
         fix_monotonic_timestamps: bool = False,
+        openai_whisper: bool = False,
     ):
         self.tokenizer = tokenizer
         self.sample_begin = sample_begin
         self.max_initial_timestamp_index = max_initial_timestamp_index
-        self.fix_monotonic_timestamps = fix_monotonic_timestamps
+        self.fix_monotonic_timestamps = fix_monotonic_timestamps or openai_whisper
+        self.openai_whisper = openai_whisper
 
     def _grammar_mask(self, shape: tuple[int, ...], rows: list[list[int]]) -> np.ndarray:
         timestamp_begin, eot = self.tokenizer.timestamp_begin, self.tokenizer.eot
@@ -319,8 +476,10 @@ class ApplyTimestampRules(LogitFilter):
     def apply(self, logits: mx.array, tokens: mx.array) -> mx.array:
         timestamp_begin = self.tokenizer.timestamp_begin
         mask = mx.array(self._grammar_mask(logits.shape, tokens.tolist()))
-        # The comparison uses the logits as they came in (earlier filters applied, this
-        # filter's grammar mask not), as mlx-whisper computes it.
+        if self.openai_whisper:
+            logits, mask = logits + mask, mx.zeros_like(mask)
+        # mlx-whisper: the comparison uses the logits as they came in (earlier filters
+        # applied, this filter's grammar mask not); openai-whisper: after the grammar mask.
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         timestamp_logprob = logprobs[:, timestamp_begin:].logsumexp(axis=-1, keepdims=True)
         max_text_token_logprob = logprobs[:, :timestamp_begin].max(axis=-1, keepdims=True)
@@ -368,9 +527,16 @@ class DecodingTask:
 
         self.inference = Inference(model)
         self.sequence_ranker = MaximumLikelihoodRanker(options.length_penalty)
+        self.decoder: GreedyDecoder | BeamSearchDecoder
         if options.beam_size is not None:
-            raise NotImplementedError("Beam search decoder is not yet implemented")
-        self.decoder = GreedyDecoder(options.temperature, self.tokenizer.eot, sampler)
+            if forced_tokens is not None:
+                raise ValueError(
+                    "teacher forcing (forced_tokens) is not supported with beam search (beam_size): "
+                    "a beam row's tokens come from the search itself"
+                )
+            self.decoder = BeamSearchDecoder(options.beam_size, self.tokenizer.eot, self.inference, options.patience)
+        else:
+            self.decoder = GreedyDecoder(options.temperature, self.tokenizer.eot, sampler)
         self.logit_filters = self._logit_filters()
 
     def _logit_filters(self) -> list[LogitFilter]:
@@ -391,9 +557,15 @@ class DecodingTask:
                     self.sample_begin,
                     max_initial_timestamp_index,
                     self.options.fix_monotonic_timestamps,
+                    openai_whisper=self.beam_search,
                 )
             )
         return filters
+
+    @property
+    def beam_search(self) -> bool:
+        """Beam search follows openai-whisper's DecodingTask (see the module docstring)."""
+        return self.options.beam_size is not None
 
     @staticmethod
     def _verify_options(options: DecodingOptions) -> DecodingOptions:
@@ -512,6 +684,39 @@ class DecodingTask:
             tokens, completed, sum_logprobs = next_tokens, next_completed, next_sum_logprobs
         return tokens, sum_logprobs, no_speech_probs
 
+    def _beam_main_loop(self, audio_features: mx.array, tokens: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        """openai-whisper's step loop: no step past the end, and the context check after the update."""
+        decoder = self.decoder
+        assert isinstance(decoder, BeamSearchDecoder)
+        sum_logprobs = mx.zeros(tokens.shape[0])
+        no_speech_probs = mx.full((tokens.shape[0],), mx.nan)
+        for step in range(self.sample_len):
+            pre_logits = self.inference.logits(tokens if step == 0 else tokens[:, -1:], audio_features)
+            if step == 0:
+                probs_at_sot = mx.softmax(pre_logits[:, self.sot_index], axis=-1)
+                no_speech_probs = probs_at_sot[:, self.tokenizer.no_speech]
+            step_logits = logits = pre_logits[:, -1]
+            for logit_filter in self.logit_filters:
+                logits = logit_filter.apply(logits, tokens)
+            tokens, completed, sum_logprobs = decoder.update(tokens, logits, sum_logprobs)
+            self.observer.on_step(step_logits, tokens[:, -1], True)
+            if completed or tokens.shape[-1] > self.n_ctx:
+                break
+        return tokens, sum_logprobs, no_speech_probs
+
+    def _beam_candidates(
+        self, tokens: mx.array, sum_logprobs: mx.array, n_audio: int
+    ) -> tuple[list[list[list[int]]], list[list[float]]]:
+        """Per audio, the finished sequences (sampled tokens up to EOT) and their sums."""
+        decoder = self.decoder
+        assert isinstance(decoder, BeamSearchDecoder)
+        mx.eval(tokens, sum_logprobs)
+        rows = tokens.reshape(n_audio, self.n_group, -1).tolist()
+        sums = sum_logprobs.reshape(n_audio, self.n_group).tolist()
+        sequences, group_logprobs = decoder.finalize(rows, sums)
+        eot = self.tokenizer.eot
+        return [[s[self.sample_begin : s.index(eot)] for s in group] for group in sequences], group_logprobs
+
     def run(self, mel: mx.array) -> list[DecodingResult]:
         self.inference.reset()
         self.decoder.reset()
@@ -528,23 +733,28 @@ class DecodingTask:
                 for features, language, probs in zip(audio_features, languages, language_probs, strict=True)
             ]
 
-        if self.n_group > 1:  # best_of samples of every audio, group-major
+        if self.n_group > 1:  # best_of samples or beam rows of every audio, group-major
             tokens = mx.broadcast_to(tokens[:, None, :], [n_audio, self.n_group, len(self.initial_tokens)])
             tokens = tokens.reshape((n_audio * self.n_group, len(self.initial_tokens)))
         self.observer.on_decode_begin(self.initial_tokens, tokens.shape[0], self.options.temperature)
 
-        tokens, sum_logprobs, no_speech_probs = self._main_loop(audio_features, tokens)
-
+        if self.beam_search:
+            tokens, sum_logprobs, no_speech_probs = self._beam_main_loop(audio_features, tokens)
+            token_lists, group_logprobs = self._beam_candidates(tokens, sum_logprobs, n_audio)
+            mx.eval(no_speech_probs)
+            no_speech = no_speech_probs[:: self.n_group].tolist()
+        else:
+            tokens, sum_logprobs, no_speech_probs = self._main_loop(audio_features, tokens)
+            no_speech_probs = no_speech_probs[:: self.n_group]
+            tokens = tokens.reshape(n_audio, self.n_group, -1)
+            sum_logprobs = sum_logprobs.reshape(n_audio, self.n_group)
+            tokens, sum_logprobs = self.decoder.finalize(tokens, sum_logprobs)
+            tokens = tokens[..., self.sample_begin :]
+            mx.eval(tokens, sum_logprobs, no_speech_probs)
+            token_lists = [[t[: t.index(tokenizer.eot)] for t in group] for group in tokens.tolist()]
+            group_logprobs = sum_logprobs.tolist()
+            no_speech = no_speech_probs.tolist()
         audio_features = audio_features[:: self.n_group]
-        no_speech_probs = no_speech_probs[:: self.n_group]
-        tokens = tokens.reshape(n_audio, self.n_group, -1)
-        sum_logprobs = sum_logprobs.reshape(n_audio, self.n_group)
-        tokens, sum_logprobs = self.decoder.finalize(tokens, sum_logprobs)
-        tokens = tokens[..., self.sample_begin :]
-        mx.eval(tokens, sum_logprobs, no_speech_probs)
-        token_lists = [[t[: t.index(tokenizer.eot)] for t in group] for group in tokens.tolist()]
-        group_logprobs = sum_logprobs.tolist()
-        no_speech = no_speech_probs.tolist()
 
         selected = self.sequence_ranker.rank(token_lists, group_logprobs)
         chosen_tokens = [group[i] for i, group in zip(selected, token_lists, strict=True)]

@@ -1,0 +1,766 @@
+"""openai-whisper oracle generator (PyTorch on the CPU): runs inside the oracle's own venv,
+never imports the harness.
+
+The reference for what mlx-whisper does not implement, beam search: mlx-whisper's
+DecodingTask raises NotImplementedError for `beam_size`, openai-whisper's runs its
+BeamSearchDecoder. The model is the mlx-whisper model directory the harness converts
+(config.json + weights.safetensors, fp32), its tensors mapped at run time into
+openai-whisper's `Whisper(ModelDimensions)` state_dict (strict: every tensor used once,
+every shape checked), so both sides compute with the same weights. Decoding runs in fp32.
+
+Reads a scenario spec (JSON, the mlx-whisper generator's format) and runs
+`whisper.transcribe` on each scenario's WAV file as a user would (its seek loop, temperature
+fallback and decoding). Nothing in the installed package is edited: the captures wrap a few
+of its functions at run time, and put the originals back afterwards.
+
+Per scenario it writes what the mlx-whisper generator writes, in the same layout:
+  <id>.mel.npy      the whole clip's log-mel spectrogram, (frames incl. padding, n_mels) f32
+  <id>.encoder.npy  the encoder output of every decode call (n_calls, n_audio_ctx, n_audio_state)
+  <id>.logits.npy   every decoder step's logits before the logit filters, (rows, n_vocab) f32:
+                    decode calls in order, within a call step-major, then batch member
+and in result.json `scenarios[id]` the token after each logits row, the decode calls and the
+transcript. With beam search a batch member is a beam row: the logits row is the one the row
+fed the step with, its token the last token of the new row i after the step's update (rows
+are re-ranked every step, so a member's tokens are not one sequence). openai-whisper's loop
+has no look-ahead step (`lookahead_steps` is always 0). The floats (logits, mel, encoder,
+log-probabilities) come from PyTorch: they are recorded, not meant to compare bit for bit
+with MLX.
+
+Usage: python -I generate.py --spec spec.json --out DIR
+
+The spec check (`validate_spec`) uses the standard library only, so it can be imported and
+tested without the oracle venv; torch and whisper are imported inside the functions that run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import importlib
+import importlib.metadata
+import json
+import platform
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import wave
+from pathlib import Path
+
+KINDS = ("transcribe",)
+
+# Keyword arguments of whisper.transcribe (20250625) a scenario may set ...
+TRANSCRIBE_OPTIONS = frozenset(
+    {
+        "temperature",
+        "compression_ratio_threshold",
+        "logprob_threshold",
+        "no_speech_threshold",
+        "condition_on_previous_text",
+        "initial_prompt",
+        "carry_initial_prompt",
+        "word_timestamps",
+        "prepend_punctuations",
+        "append_punctuations",
+        "clip_timestamps",
+        "hallucination_silence_threshold",
+    }
+)
+# ... and the DecodingOptions fields it passes on (prompt and temperature are set by transcribe).
+DECODING_OPTIONS = frozenset(
+    {
+        "task",
+        "language",
+        "sample_len",
+        "best_of",
+        "beam_size",
+        "patience",
+        "length_penalty",
+        "prefix",
+        "suppress_tokens",
+        "suppress_blank",
+        "without_timestamps",
+        "max_initial_timestamp",
+        "fp16",
+    }
+)
+# Set by the generator itself: the model, the audio, and no printing.
+RESERVED_OPTIONS = frozenset({"model", "path_or_hf_repo", "verbose", "audio", "prompt"})
+BOOL_OPTIONS = frozenset(
+    {
+        "condition_on_previous_text",
+        "carry_initial_prompt",
+        "word_timestamps",
+        "suppress_blank",
+        "without_timestamps",
+        "fp16",
+    }
+)
+SAMPLE_RATE = 16000
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# The mlx-whisper config.json fields that are openai-whisper's ModelDimensions.
+DIMENSIONS = (
+    "n_mels",
+    "n_audio_ctx",
+    "n_audio_state",
+    "n_audio_head",
+    "n_audio_layer",
+    "n_vocab",
+    "n_text_ctx",
+    "n_text_state",
+    "n_text_head",
+    "n_text_layer",
+)
+
+
+class SpecError(ValueError):
+    """The spec cannot be run; the message lists every problem found."""
+
+
+class CaptureError(RuntimeError):
+    """What the wrappers recorded does not add up: the oracle's output would be incomplete."""
+
+
+class WeightsError(ValueError):
+    """The mlx-whisper weights do not map one to one onto openai-whisper's state_dict."""
+
+
+# ---------------------------------------------------------------- spec validation (stdlib only)
+
+
+def _wav_problem(path: Path) -> str | None:
+    """None if `path` is a 16 kHz mono 16-bit PCM WAV, else what is wrong with it."""
+    try:
+        with wave.open(str(path), "rb") as w:
+            rate, channels, width = w.getframerate(), w.getnchannels(), w.getsampwidth()
+    except (wave.Error, EOFError, OSError) as e:
+        return f"not a readable PCM WAV file ({type(e).__name__}: {e})"
+    if (rate, channels, width) != (SAMPLE_RATE, 1, 2):
+        return f"expected 16 kHz mono 16-bit PCM, got {rate} Hz, {channels} channel(s), {8 * width}-bit"
+    return None
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _option_problems(where: str, options) -> list[str]:
+    if not isinstance(options, dict):
+        return [f"{where}: options: expected an object of whisper.transcribe keyword arguments"]
+    problems = []
+    for key, value in options.items():
+        if key in RESERVED_OPTIONS:
+            problems.append(f"{where}: options.{key}: set by the generator, not by a scenario")
+        elif key not in TRANSCRIBE_OPTIONS | DECODING_OPTIONS:
+            problems.append(
+                f"{where}: options.{key}: unknown option (known: "
+                f"{', '.join(sorted(TRANSCRIBE_OPTIONS | DECODING_OPTIONS))})"
+            )
+        elif key in BOOL_OPTIONS and not isinstance(value, bool):
+            problems.append(f"{where}: options.{key}: expected true or false, got {value!r}")
+    temperature = options.get("temperature", 0.0)
+    ladder = temperature if isinstance(temperature, list) else [temperature]
+    if not ladder or not all(_is_number(t) and t >= 0 for t in ladder):
+        problems.append(
+            f"{where}: options.temperature: expected a number >= 0 or a non-empty list of them, got {temperature!r}"
+        )
+    beam_size = options.get("beam_size")
+    if beam_size is not None and (not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size < 1):
+        problems.append(f"{where}: options.beam_size: expected an integer >= 1, got {beam_size!r}")
+    patience = options.get("patience")
+    if patience is not None:
+        if beam_size is None:
+            problems.append(f"{where}: options.patience: requires options.beam_size")
+        if not _is_number(patience) or patience <= 0:
+            problems.append(f"{where}: options.patience: expected a number > 0, got {patience!r}")
+    length_penalty = options.get("length_penalty")
+    if length_penalty is not None and (not _is_number(length_penalty) or not 0 <= length_penalty <= 1):
+        problems.append(f"{where}: options.length_penalty: expected a number in [0, 1], got {length_penalty!r}")
+    if beam_size is not None and options.get("best_of") is not None:
+        problems.append(f"{where}: options.best_of: cannot be given together with options.beam_size")
+    return problems
+
+
+def validate_spec(spec) -> None:
+    """Raise SpecError naming every problem of the spec, before anything is loaded or run."""
+    problems = []
+    if not isinstance(spec, dict):
+        raise SpecError('spec: expected an object {"model_dir": ..., "scenarios": [...]}')
+    model_dir = spec.get("model_dir")
+    if not isinstance(model_dir, str) or not model_dir:
+        problems.append("model_dir: expected the path of an mlx-whisper model directory")
+    else:
+        path = Path(model_dir)
+        if not path.is_dir():
+            problems.append(f"model_dir: {model_dir}: no such directory")
+        else:
+            if not (path / "config.json").is_file():
+                problems.append(f"model_dir: {model_dir}: no config.json")
+            if not (path / "weights.safetensors").is_file():
+                problems.append(f"model_dir: {model_dir}: no weights.safetensors")
+    scenarios = spec.get("scenarios")
+    if not isinstance(scenarios, list) or not scenarios:
+        problems.append("scenarios: expected a non-empty list")
+        scenarios = []
+    seen = set()
+    for n, scenario in enumerate(scenarios):
+        where = f"scenarios[{n}]"
+        if not isinstance(scenario, dict):
+            problems.append(f"{where}: expected an object")
+            continue
+        sid = scenario.get("id")
+        if not isinstance(sid, str) or not _ID.match(sid):
+            problems.append(f"{where}: id: expected a file-name-safe string ([A-Za-z0-9._-]), got {sid!r}")
+        else:
+            where = f"scenario {sid}"
+            if sid in seen:
+                problems.append(f"{where}: duplicate id")
+            seen.add(sid)
+        kind = scenario.get("kind")
+        if kind not in KINDS:
+            problems.append(f"{where}: kind: unknown kind {kind!r} (this oracle runs: {', '.join(KINDS)})")
+        audio = scenario.get("audio")
+        if not isinstance(audio, str) or not Path(audio).is_absolute():
+            problems.append(f"{where}: audio: expected the absolute path of a 16 kHz WAV file, got {audio!r}")
+        elif not Path(audio).is_file():
+            problems.append(f"{where}: audio: {audio}: no such file")
+        elif (why := _wav_problem(Path(audio))) is not None:
+            problems.append(f"{where}: audio: {audio}: {why}")
+        seed = scenario.get("seed")
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            problems.append(f"{where}: seed: expected an integer, got {seed!r}")
+        problems += _option_problems(where, scenario.get("options", {}))
+        want = scenario.get("audio_sha256")
+        if want is not None and isinstance(audio, str) and Path(audio).is_file():
+            got = hashlib.sha256(Path(audio).read_bytes()).hexdigest()
+            if got != want:
+                problems.append(f"{where}: audio: {audio} has sha256 {got}, the spec expects {want}")
+        unknown = set(scenario) - {"id", "kind", "audio", "audio_sha256", "options", "seed"}
+        if unknown:
+            problems.append(f"{where}: unknown keys {sorted(unknown)}")
+    if problems:
+        raise SpecError("invalid spec:\n  " + "\n  ".join(problems))
+
+
+# ---------------------------------------------------------------- the model, in openai-whisper's format
+
+_SAFETENSORS_DTYPES = {"F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "BOOL": "|b1"}
+
+
+def read_safetensors(path: Path) -> dict:
+    """name -> numpy array; the format is an 8-byte header length, a JSON header, raw bytes."""
+    import numpy as np
+
+    data = path.read_bytes()
+    (header_len,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + header_len])
+    body = memoryview(data)[8 + header_len :]
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if info["dtype"] not in _SAFETENSORS_DTYPES:
+            raise WeightsError(f"{path}: {name}: unsupported dtype {info['dtype']}")
+        begin, end = info["data_offsets"]
+        array = np.frombuffer(body[begin:end], dtype=_SAFETENSORS_DTYPES[info["dtype"]])
+        tensors[name] = array.reshape(info["shape"]).copy()
+    return tensors
+
+
+def openai_key(mlx_key: str) -> str:
+    """openai-whisper's state_dict name of an mlx-whisper tensor (the MLP's Linear layers are
+    `mlp1`/`mlp2` in mlx-whisper, `mlp.0`/`mlp.2` of an nn.Sequential in openai-whisper)."""
+    return re.sub(r"\.mlp([12])\.", lambda m: f".mlp.{2 * int(m.group(1)) - 2}.", mlx_key)
+
+
+def load_openai_model(model_dir: str):
+    """openai-whisper's Whisper with the mlx-whisper directory's weights, fp32 on the CPU.
+
+    Every mlx-whisper tensor goes to exactly one state_dict entry of the same shape (the
+    convolutions transposed: MLX keeps Conv1d weights as [out, kernel, in], PyTorch as
+    [out, in, kernel]); every state_dict entry is filled, except the encoder's sinusoidal
+    positional embedding, which both libraries compute themselves and mlx-whisper does not
+    store. `alignment_heads`, when stored, becomes the model's alignment-heads mask.
+    """
+    import numpy as np
+    import torch
+    from whisper.model import ModelDimensions, Whisper
+
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    missing = [k for k in DIMENSIONS if k not in config]
+    if missing:
+        raise WeightsError(f"{model_dir}/config.json: missing model dimensions {missing}")
+    model = Whisper(ModelDimensions(**{k: int(config[k]) for k in DIMENSIONS}))
+    state = model.state_dict()
+    computed = {"encoder.positional_embedding"}  # sinusoids, built by the model itself
+
+    weights = read_safetensors(Path(model_dir) / "weights.safetensors")
+    heads = weights.pop("alignment_heads", None)
+    mapped, problems = {}, []
+    for name, array in weights.items():
+        key = openai_key(name)
+        if key not in state or key in computed:
+            problems.append(f"{name}: no openai-whisper state_dict entry {key!r}")
+            continue
+        if key in mapped:
+            problems.append(f"{name}: {key!r} is already mapped")
+            continue
+        if array.dtype != np.float32:
+            problems.append(f"{name}: expected float32 weights, got {array.dtype}")
+            continue
+        if re.fullmatch(r"encoder\.conv[12]\.weight", key):
+            array = array.transpose(0, 2, 1)
+        if tuple(array.shape) != tuple(state[key].shape):
+            problems.append(f"{name}: shape {tuple(array.shape)}, {key} expects {tuple(state[key].shape)}")
+            continue
+        mapped[key] = torch.from_numpy(np.ascontiguousarray(array))
+    unfilled = sorted(set(state) - set(mapped) - computed)
+    if unfilled:
+        problems.append(f"state_dict entries without a weight: {unfilled}")
+    if problems:
+        raise WeightsError(f"{model_dir}: the weights do not map onto openai-whisper:\n  " + "\n  ".join(problems))
+    for key in computed:
+        mapped[key] = state[key]
+    model.load_state_dict(mapped, strict=True)
+
+    if heads is not None:
+        dims = model.dims
+        if heads.ndim != 2 or heads.shape[1] != 2:
+            raise WeightsError(f"{model_dir}: alignment_heads: expected [n, 2] (layer, head) pairs, got {heads.shape}")
+        mask = torch.zeros(dims.n_text_layer, dims.n_text_head, dtype=torch.bool)
+        for layer, head in heads.tolist():
+            mask[layer, head] = True
+        model.register_buffer("alignment_heads", mask.to_sparse(), persistent=False)
+    return model.float().eval()
+
+
+# ---------------------------------------------------------------- capture
+
+
+@contextlib.contextmanager
+def _patched(patches):
+    """Set each (owner, name, value) for the duration, then put the originals back."""
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    try:
+        for owner, name, value in patches:
+            setattr(owner, name, value)
+        yield
+    finally:
+        for owner, name, value in reversed(saved):
+            setattr(owner, name, value)
+
+
+class Capture:
+    """What one transcription computed, recorded by wrappers around openai-whisper's functions."""
+
+    def __init__(self):
+        self.mel = []  # log_mel_spectrogram outputs (transcribe calls it once)
+        self.waveforms = []  # load_audio outputs
+        self.calls = []  # one dict per DecodingTask.run
+        self.current = None
+        self.stray_logits = 0  # Inference.logits calls outside a decode call (none expected)
+
+    def install(self):
+        import torch
+
+        audio = importlib.import_module("whisper.audio")
+        decoding = importlib.import_module("whisper.decoding")
+        tmod = importlib.import_module("whisper.transcribe")
+        transcribe_code = tmod.transcribe.__code__
+        cap = self
+        orig_mel, orig_load = tmod.log_mel_spectrogram, audio.load_audio
+        orig_run, orig_features = decoding.DecodingTask.run, decoding.DecodingTask._get_audio_features
+        orig_loop, orig_logits = decoding.DecodingTask._main_loop, decoding.PyTorchInference.logits
+        orig_greedy, orig_beam = decoding.GreedyDecoder.update, decoding.BeamSearchDecoder.update
+
+        def log_mel_spectrogram(*args, **kwargs):
+            out = orig_mel(*args, **kwargs)
+            cap.mel.append(out.detach().clone())
+            return out
+
+        def load_audio(*args, **kwargs):
+            if shutil.which("ffmpeg") is None:
+                # No ffmpeg CLI: the WAV's 16-bit PCM / 32768, what ffmpeg gives for these clips
+                # (checked whenever ffmpeg is there: audio.decoded_equals_wav_pcm).
+                import numpy as np
+
+                with wave.open(str(args[0]), "rb") as f:
+                    pcm = np.frombuffer(f.readframes(f.getnframes()), dtype="<i2")
+                out = pcm.astype(np.float32) / 32768.0
+            else:
+                out = orig_load(*args, **kwargs)
+            cap.waveforms.append(out)
+            return out
+
+        def run(task, mel):
+            # Where transcribe's seek loop stands: read from its frame (seek, segment_size).
+            frame, window = sys._getframe(1), {}
+            while frame is not None:
+                if frame.f_code is transcribe_code:
+                    window = {k: frame.f_locals.get(k) for k in ("seek", "segment_size")}
+                    break
+                frame = frame.f_back
+            call = {
+                "window": window,
+                "temperature": task.options.temperature,
+                "beam": task.options.beam_size is not None,
+                "initial_tokens": list(task.initial_tokens),
+                "sample_begin": task.sample_begin,
+                "eot": task.tokenizer.eot,
+                "rows": [],
+                "chosen": [],
+                "features": [],
+                "loop_tokens": [],
+            }
+            cap.calls.append(call)
+            cap.current = call
+            try:
+                call["results"] = orig_run(task, mel)
+            finally:
+                cap.current = None
+            return call["results"]
+
+        def get_audio_features(task, mel):
+            out = orig_features(task, mel)
+            if cap.current is not None:
+                cap.current["features"].append(out.detach().clone())
+            return out
+
+        def main_loop(task, audio_features, tokens):
+            out = orig_loop(task, audio_features, tokens)
+            if cap.current is not None:
+                cap.current["loop_tokens"].append(out[0].clone())
+            return out
+
+        def logits(inference, tokens, audio_features):
+            out = orig_logits(inference, tokens, audio_features)
+            if cap.current is None:
+                cap.stray_logits += 1
+            else:
+                # A copy now: the logit filters then write -inf into this very tensor in place.
+                cap.current["rows"].append(out[:, -1, :].detach().to(torch.float32).clone())
+            return out
+
+        def update_wrapper(orig):
+            def update(decoder, tokens, logits, sum_logprobs):
+                out = orig(decoder, tokens, logits, sum_logprobs)
+                if cap.current is not None:
+                    cap.current["chosen"].append(out[0][:, -1].clone())
+                return out
+
+            return update
+
+        return _patched(
+            [
+                (tmod, "log_mel_spectrogram", log_mel_spectrogram),
+                (audio, "load_audio", load_audio),
+                (decoding.DecodingTask, "run", run),
+                (decoding.DecodingTask, "_get_audio_features", get_audio_features),
+                (decoding.DecodingTask, "_main_loop", main_loop),
+                (decoding.PyTorchInference, "logits", logits),
+                (decoding.GreedyDecoder, "update", update_wrapper(orig_greedy)),
+                (decoding.BeamSearchDecoder, "update", update_wrapper(orig_beam)),
+            ]
+        )
+
+
+def _fallback(result, thresholds):
+    """openai-whisper's decode_with_fallback decision for one attempt: (needs_fallback, reasons).
+
+    Unlike mlx-whisper, a high no-speech probability overrides the retry only together with
+    a log-probability below the threshold.
+    """
+    reasons = []
+    if thresholds["compression_ratio_threshold"] is not None:
+        if result.compression_ratio > thresholds["compression_ratio_threshold"]:
+            reasons.append("compression_ratio")  # too repetitive
+    if thresholds["logprob_threshold"] is not None:
+        if result.avg_logprob < thresholds["logprob_threshold"]:
+            reasons.append("avg_logprob")  # too improbable
+    needs = bool(reasons)
+    if (
+        thresholds["no_speech_threshold"] is not None
+        and result.no_speech_prob > thresholds["no_speech_threshold"]
+        and thresholds["logprob_threshold"] is not None
+        and result.avg_logprob < thresholds["logprob_threshold"]
+    ):
+        needs = False  # taken for silence: no retry
+        if reasons:
+            reasons.append("overridden_by_no_speech")
+    return needs, reasons
+
+
+def _skipped_as_silence(result, thresholds):
+    """transcribe's no-speech skip of a window, decided on the attempt it keeps."""
+    if thresholds["no_speech_threshold"] is None:
+        return False
+    skip = result.no_speech_prob > thresholds["no_speech_threshold"]
+    if thresholds["logprob_threshold"] is not None and result.avg_logprob > thresholds["logprob_threshold"]:
+        skip = False
+    return skip
+
+
+def _jsonable(value):
+    """Plain JSON types; floats stay Python floats, so json writes their full repr."""
+    import numpy as np
+
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _jsonable(value.tolist())
+    if isinstance(value, np.generic):
+        return value.item()
+    if hasattr(value, "tolist"):  # torch.Tensor
+        return _jsonable(value.tolist())
+    return value
+
+
+def _defaults():
+    import inspect
+
+    tmod = importlib.import_module("whisper.transcribe")
+    return inspect.signature(tmod.transcribe).parameters
+
+
+def _thresholds(options):
+    params = _defaults()
+    names = ("compression_ratio_threshold", "logprob_threshold", "no_speech_threshold")
+    return {k: options.get(k, params[k].default) for k in names}
+
+
+def _ladder(options):
+    t = options.get("temperature", _defaults()["temperature"].default)
+    return [t] if isinstance(t, (int, float)) else list(t)
+
+
+def run_scenario(model, scenario: dict):
+    """One transcription with captures. Returns (meta, arrays by name) ready to write."""
+    import numpy as np
+    import torch
+
+    tmod = importlib.import_module("whisper.transcribe")
+    options = dict(scenario.get("options", {}))
+    options.setdefault("fp16", False)  # fp32 on the CPU; the weights are fp32
+    dims = model.dims
+    capture = Capture()
+    torch.manual_seed(scenario["seed"])  # sampling at T > 0 draws from torch's generator
+    with capture.install():
+        transcript = tmod.transcribe(model, scenario["audio"], verbose=None, **options)
+
+    if len(capture.mel) != 1:
+        raise CaptureError(f"expected one log_mel_spectrogram call, saw {len(capture.mel)}")
+    if capture.stray_logits:
+        raise CaptureError(f"{capture.stray_logits} Inference.logits calls outside a decode call")
+    mel = capture.mel[0].to(torch.float32).numpy().T.copy()  # (frames, n_mels), as mlx-whisper lays it out
+
+    thresholds, ladder = _thresholds(options), _ladder(options)
+    decode_calls, rows, tokens, encoder = [], [], [], []
+    for index, call in enumerate(capture.calls):
+        if len(call["features"]) != 1 or len(call["loop_tokens"]) != 1:
+            raise CaptureError(
+                f"decode call {index}: expected one encoder pass and one main loop, "
+                f"saw {len(call['features'])} and {len(call['loop_tokens'])}"
+            )
+        (result,) = call["results"]  # transcribe decodes one window at a time
+        loop_tokens = call["loop_tokens"][0].numpy()  # (batch, sample_begin + n_steps) before finalize
+        batch, begin = loop_tokens.shape[0], call["sample_begin"]
+        n_steps = loop_tokens.shape[1] - begin
+        # openai-whisper's loop has no look-ahead: one logits call and one update per kept step.
+        if len(call["rows"]) != n_steps or len(call["chosen"]) != n_steps:
+            raise CaptureError(
+                f"decode call {index}: {len(call['rows'])} logits calls and {len(call['chosen'])} token "
+                f"updates for {n_steps} steps"
+            )
+        step_logits = [r.numpy() for r in call["rows"]]
+        chosen = torch.stack(call["chosen"], dim=0).numpy() if n_steps else np.zeros((0, batch), int)
+        # Greedy rows are whole sequences; beam rows are re-ranked each step, so only the last
+        # step's tokens are the final rows' last tokens.
+        if chosen.shape != (n_steps, batch) or (n_steps and not np.array_equal(chosen[-1], loop_tokens[:, -1])):
+            raise CaptureError(f"decode call {index}: the tokens the decoder chose differ from the loop's tokens")
+        if not call["beam"] and not np.array_equal(chosen.T, loop_tokens[:, begin:]):
+            raise CaptureError(f"decode call {index}: the sampled rows differ from the loop's tokens")
+        if any(s.shape != (batch, dims.n_vocab) for s in step_logits):
+            raise CaptureError(f"decode call {index}: a logits row is not ({batch}, {dims.n_vocab})")
+        features = call["features"][0]
+        if tuple(features.shape) != (1, dims.n_audio_ctx, dims.n_audio_state):
+            raise CaptureError(f"decode call {index}: encoder output has shape {tuple(features.shape)}")
+
+        needs_fallback, reasons = _fallback(result, thresholds)
+        previous = decode_calls[-1] if decode_calls else None
+        same_window = previous is not None and previous["seek"] == call["window"].get("seek")
+        attempt = previous["attempt"] + 1 if same_window and previous["needs_fallback"] else 0
+        kept = not needs_fallback or attempt == len(ladder) - 1
+        # Per member (beam row), the tokens it held after each step, up to (not incl.) the
+        # first EOT: what the in-tree recorder collects from its observer.
+        members = [[int(t) for t in column] for column in chosen.T]
+        decode_calls.append(
+            {
+                "seek": call["window"].get("seek"),
+                "segment_frames": call["window"].get("segment_size"),
+                "attempt": attempt,
+                "temperature": float(call["temperature"]),
+                "batch": int(batch),
+                "initial_tokens": [int(t) for t in call["initial_tokens"]],
+                "n_steps": int(n_steps),
+                "row_offset": len(rows),
+                "lookahead_steps": 0,
+                "member_tokens": [m[: m.index(call["eot"])] if call["eot"] in m else m for m in members],
+                "tokens": [int(t) for t in result.tokens],
+                "text": result.text,
+                "avg_logprob": float(result.avg_logprob),
+                "compression_ratio": float(result.compression_ratio),
+                "no_speech_prob": float(result.no_speech_prob),
+                "needs_fallback": needs_fallback,
+                "fallback_reasons": reasons,
+                "kept": kept,
+                "skipped_as_silence": _skipped_as_silence(result, thresholds) if kept else None,
+            }
+        )
+        for step in step_logits:  # step-major, then batch member
+            rows.extend(step)
+        tokens.extend(int(t) for t in chosen.reshape(-1))
+        encoder.append(features[0].to(torch.float32).numpy())
+
+    logits = np.stack(rows).astype(np.float32) if rows else np.zeros((0, dims.n_vocab), np.float32)
+    if len(logits) != sum(c["n_steps"] * c["batch"] for c in decode_calls) or len(logits) != len(tokens):
+        raise CaptureError("logits rows do not add up to the decode calls' steps x batch")
+    encoder = np.stack(encoder) if encoder else np.zeros((0, dims.n_audio_ctx, dims.n_audio_state), np.float32)
+
+    waveform_check = None
+    if capture.waveforms:
+        with wave.open(scenario["audio"], "rb") as w:
+            pcm = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")
+        decoded = np.asarray(capture.waveforms[0])
+        waveform_check = decoded.shape == pcm.shape and np.array_equal(decoded, pcm.astype(np.float32) / 32768.0)
+
+    eot = capture.calls[0]["eot"] if capture.calls else _eot(model, options)
+    keys = ("id", "seek", "start", "end", "text", "tokens", "temperature", "avg_logprob")
+    keys += ("compression_ratio", "no_speech_prob", "words")
+    meta = {
+        "rendered_prompt": None,
+        "prompt_ids": decode_calls[0]["initial_tokens"] if decode_calls else [],
+        "tokens": tokens,
+        "eos_ids": [int(eot)],
+        "arrays": ["mel", "encoder"],
+        "decode_calls": decode_calls,
+        "transcript": _jsonable(
+            {
+                "text": transcript["text"],
+                "language": transcript["language"],
+                "segments": [{k: s[k] for k in keys if k in s} for s in transcript["segments"]],
+            }
+        ),
+        "options": _jsonable(options),
+        "thresholds": thresholds,
+        "audio": {
+            "samples": int(np.asarray(capture.waveforms[0]).size) if capture.waveforms else None,
+            "mel_frames": int(mel.shape[0]),
+            "decoded_equals_wav_pcm": waveform_check,
+        },
+    }
+    return meta, {"logits": logits, "mel": mel, "encoder": encoder}
+
+
+def _eot(model, options):
+    tokenizer_mod = importlib.import_module("whisper.tokenizer")
+    tok = tokenizer_mod.get_tokenizer(
+        model.is_multilingual, num_languages=model.num_languages, language=options.get("language") or "en"
+    )
+    return tok.eot
+
+
+def _same(a, b) -> list[str]:
+    """Names of what differs between two runs of a scenario (bits, not values)."""
+    (meta_a, arrays_a), (meta_b, arrays_b) = a, b
+    differ = [name for name in arrays_a if arrays_a[name].tobytes() != arrays_b[name].tobytes()]
+    differ += [k for k in meta_a if json.dumps(meta_a[k], sort_keys=True) != json.dumps(meta_b.get(k), sort_keys=True)]
+    return differ
+
+
+# ---------------------------------------------------------------- main
+
+
+def _ffmpeg_version():
+    try:
+        out = subprocess.run(["ffmpeg", "-version"], capture_output=True, text=True, check=False)
+    except OSError:
+        return None
+    return out.stdout.splitlines()[0] if out.stdout else None
+
+
+def environment():
+    import torch
+
+    return {
+        "mlx": None,  # no MLX here: PyTorch computes, the goldens are compared on tokens
+        "torch": torch.__version__,
+        "openai-whisper": importlib.metadata.version("openai-whisper"),
+        "tiktoken": importlib.metadata.version("tiktoken"),
+        "numpy": importlib.metadata.version("numpy"),
+        "device": "cpu",
+        "torch_threads": torch.get_num_threads(),
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "python": platform.python_version(),
+        "ffmpeg": _ffmpeg_version(),  # whisper.audio.load_audio decodes the WAV with it
+        "audio_loader": "whisper.audio.load_audio (ffmpeg)" if shutil.which("ffmpeg") else "in-process WAV PCM",
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--spec", required=True, type=Path)
+    parser.add_argument("--out", required=True, type=Path)
+    args = parser.parse_args()
+    spec = json.loads(args.spec.read_text())
+    try:
+        validate_spec(spec)
+    except SpecError as e:
+        print(f"oracle: {e}", file=sys.stderr)
+        sys.exit(2)
+
+    import numpy as np
+
+    try:
+        model = load_openai_model(spec["model_dir"])
+    except WeightsError as e:
+        print(f"oracle: {e}", file=sys.stderr)
+        sys.exit(2)
+    args.out.mkdir(parents=True, exist_ok=True)
+    result = {"scenarios": {}}
+    for scenario in spec["scenarios"]:
+        sid = scenario["id"]
+        try:
+            first = run_scenario(model, scenario)
+            second = run_scenario(model, scenario)
+        except Exception as e:  # one scenario the oracle cannot run must not hide the others
+            result["scenarios"][sid] = {"error": f"{type(e).__name__}: {e}"}
+            print(f"oracle: {sid}: FAILED: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            continue
+        # Determinism self-check: a second run must give the same bits, or the golden means nothing.
+        differ = _same(first, second)
+        if differ:
+            print(
+                f"oracle is not deterministic on scenario {sid}: two runs differ in {differ}; no golden written",
+                file=sys.stderr,
+            )
+            sys.exit(3)
+        meta, arrays = first
+        for name, array in arrays.items():
+            np.save(args.out / f"{sid}.{name}.npy", array, allow_pickle=False)
+        result["scenarios"][sid] = meta
+        print(
+            f"oracle: {sid}: {len(meta['decode_calls'])} decode calls, {len(meta['tokens'])} rows: "
+            f"{meta['transcript']['text']!r}",
+            file=sys.stderr,
+            flush=True,
+        )
+    result["environment"] = environment()
+    (args.out / "result.json").write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
