@@ -47,6 +47,34 @@ def _goldens(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compact(args: argparse.Namespace) -> int:
+    """Rewrite this device's full goldens as compact ones (hashes, top-k, logsumexp)."""
+    from harness.profile import available_profiles
+    from harness.session import ParitySession
+
+    session = ParitySession()
+    store = session.store
+    total_before = total_after = 0
+    for name in args.model or list(available_profiles()):
+        profile = session.profile(name)
+        top_k, full_steps = profile.golden.compact or (8, 2)
+        for scenario in profile.scenarios:
+            if store.read_manifest(profile.name, scenario.id) is None:
+                continue
+            out = store.compact_existing(profile.name, scenario.id, top_k, full_steps)
+            if out is None:
+                print(f"{name}/{scenario.id}: already compact")
+                continue
+            total_before += out["before_bytes_per_step"] * out["rows"]
+            total_after += out["after_bytes_per_step"] * out["rows"]
+            print(
+                f"{name}/{scenario.id}: {out['rows']} steps, {out['before_bytes_per_step']} -> "
+                f"{out['after_bytes_per_step']} bytes per golden step"
+            )
+    print(f"total: {total_before} -> {total_after} bytes")
+    return 0
+
+
 def _list() -> int:
     from harness.profile import available_profiles, load_profile
 
@@ -73,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-n", "--workers", help="pytest-xdist workers (e.g. auto)")
     g = sub.add_parser("goldens", help="(re)generate a model's goldens with its oracle, explicitly")
     g.add_argument("--model", action="append", required=True)
+    c = sub.add_parser("compact-goldens", help="rewrite this device's full goldens as compact ones")
+    c.add_argument("--model", action="append", default=[])
     sub.add_parser("list", help="list profiles")
     from harness.signoff.args import add_arguments as add_signoff_arguments
 
@@ -89,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         if args.command == "goldens":
             return _goldens(args)
+        if args.command == "compact-goldens":
+            return _compact(args)
         return _list()
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)

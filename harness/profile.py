@@ -288,6 +288,27 @@ class Defaults:
 
 
 @dataclass(frozen=True)
+class GoldenSettings:
+    """How goldens are kept. Compact (the default): per logits row the sha256 of its raw bits,
+    top-`top_k` ids and values and logsumexp, with the first `full_steps` rows in full;
+    `full_steps: all` keeps every full vector (format 1)."""
+
+    full_steps: int | Literal["all"] = 2
+    top_k: int = 8
+
+    def validate(self, where: str) -> None:
+        if self.full_steps != "all" and (isinstance(self.full_steps, bool) or self.full_steps < 0):
+            raise ProfileError(f"{where}.full_steps: expected an integer >= 0 or 'all', got {self.full_steps!r}")
+        if isinstance(self.top_k, bool) or not 2 <= self.top_k <= 1024:
+            raise ProfileError(f"{where}.top_k: expected an integer in [2, 1024], got {self.top_k!r}")
+
+    @property
+    def compact(self) -> tuple[int, int] | None:
+        """(top_k, full_steps) for the golden store, None for full goldens."""
+        return None if self.full_steps == "all" else (self.top_k, int(self.full_steps))
+
+
+@dataclass(frozen=True)
 class Profile:
     """One model under test: what it is, what judges it, with which weights, on which prompts."""
 
@@ -301,6 +322,7 @@ class Profile:
     family: str | None = None  # the artifact's config must be detected as this family, exactly
     expect: dict[str, Any] = field(default_factory=dict)
     defaults: Defaults = field(default_factory=Defaults)
+    golden: GoldenSettings = field(default_factory=GoldenSettings)
     # Where an oracle itself breaks (a crash, a documented bug): recorded with the exact symptom,
     # carried into every report, never turned into a wider gate. Each: {oracle, path, symptom, seen}.
     oracle_defects: list[dict[str, str]] = field(default_factory=list)

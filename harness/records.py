@@ -13,7 +13,9 @@ scenario is judged on (a log-mel spectrogram, encoder outputs).
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,88 @@ class Segment:
     batch: int = 1
 
 
+def row_sha256(row: np.ndarray) -> str:
+    """sha256 of one logits vector's raw bits (float32, C order): what an L1 gate compares."""
+    return hashlib.sha256(np.ascontiguousarray(row, dtype=np.float32).tobytes()).hexdigest()
+
+
+def array_sha256(array: np.ndarray) -> str:
+    """sha256 of a tensor's raw bits (C order), shape and dtype included in the digest."""
+    a = np.ascontiguousarray(array)
+    header = f"{a.dtype.str}{list(a.shape)}".encode()
+    return hashlib.sha256(header + a.tobytes()).hexdigest()
+
+
+@dataclass
+class CompactLogits:
+    """A golden's logits without the full vectors: per row the sha256 of its raw bits, its
+    top-k (ids, values) and logsumexp; the first `head` rows are kept in full when available.
+
+    L1 gates decide by the hashes; the full vectors (for diagnostics: ULP distance, flip
+    margins) are regenerated on demand and checked against the hashes.
+    """
+
+    vocab: int
+    row_sha256: list[str]
+    topk_ids: list[list[int]]
+    topk_values: list[list[float]]
+    logsumexp: list[float]
+    full_steps: int  # how many leading rows the golden keeps in full (a blob in the cache)
+
+    @classmethod
+    def of(cls, logits: np.ndarray, top_k: int, full_steps: int) -> CompactLogits:
+        logits = np.ascontiguousarray(logits, dtype=np.float32)
+        k = min(top_k, logits.shape[1])
+        ids = np.argsort(-logits, axis=1, kind="stable")[:, :k] if len(logits) else np.zeros((0, k), np.int64)
+        values = np.take_along_axis(logits, ids, axis=1)
+        wide = logits.astype(np.float64)
+        peak = wide.max(axis=1, keepdims=True) if len(logits) else np.zeros((0, 1))
+        with np.errstate(invalid="ignore", over="ignore"):
+            lse = (peak[:, 0] + np.log(np.exp(wide - peak).sum(axis=1))) if len(logits) else np.zeros(0)
+        return cls(
+            vocab=int(logits.shape[1]),
+            row_sha256=[row_sha256(r) for r in logits],
+            topk_ids=ids.astype(int).tolist(),
+            topk_values=[[float(v) for v in row] for row in values],  # f32 values, exact as Python floats
+            logsumexp=[float(v) for v in lse],
+            full_steps=min(full_steps, len(logits)),
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "vocab": self.vocab,
+            "full_steps": self.full_steps,
+            "row_sha256": self.row_sha256,
+            "topk_ids": self.topk_ids,
+            "topk_values": self.topk_values,
+            "logsumexp": self.logsumexp,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], where: str) -> CompactLogits:
+        try:
+            out = cls(
+                vocab=int(data["vocab"]),
+                row_sha256=[str(h) for h in data["row_sha256"]],
+                topk_ids=[[int(i) for i in row] for row in data["topk_ids"]],
+                topk_values=[[float(v) for v in row] for row in data["topk_values"]],
+                logsumexp=[float(v) for v in data["logsumexp"]],
+                full_steps=int(data["full_steps"]),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise RecordError(f"{where}: malformed compact logits ({type(e).__name__}: {e})") from None
+        n = len(out.row_sha256)
+        if not (len(out.topk_ids) == len(out.topk_values) == len(out.logsumexp) == n):
+            raise RecordError(f"{where}: compact logits: row_sha256, topk and logsumexp lengths differ")
+        if any(len(h) != 64 for h in out.row_sha256):
+            raise RecordError(f"{where}: compact logits: row_sha256 entries must be 64 hex digits")
+        return out
+
+    def mismatches(self, actual: np.ndarray, rows: Sequence[int]) -> list[int]:
+        """The rows among `rows` whose raw bits do not hash to the golden's."""
+        return [r for r in rows if r >= len(actual) or row_sha256(actual[r]) != self.row_sha256[r]]
+
+
 @dataclass
 class ScenarioRecord:
     scenario_id: str
@@ -47,6 +131,14 @@ class ScenarioRecord:
     mode: str = "free"  # "free" | "teacher_forced"
     arrays: dict[str, np.ndarray] = field(default_factory=dict)  # other judged tensors, by name
     extra: dict[str, Any] = field(default_factory=dict)  # segments, transcript, drafting stats (JSON)
+    # A compact golden: `logits` holds only its leading full rows (or none), these the rest;
+    # `array_digests` the sha256 (array_sha256) of named tensors whose blobs are not at hand.
+    compact: CompactLogits | None = None
+    array_digests: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_compact(self) -> bool:
+        return self.compact is not None
 
     def segment_eos_steps(self) -> list[int | None]:
         """Per segment (turn, batch row), the first step whose token is an EOS id."""
@@ -101,7 +193,13 @@ class ScenarioRecord:
             raise RecordError(f"{where}: logits: expected 2-D (steps, vocab), got shape {self.logits.shape}")
         if self.logits.dtype != np.float32:
             raise RecordError(f"{where}: logits: expected float32, got {self.logits.dtype}")
-        if self.logits.shape[0] != len(self.tokens):
+        if self.compact is not None:
+            if len(self.compact.row_sha256) != len(self.tokens) or self.logits.shape[0] > len(self.tokens):
+                raise RecordError(
+                    f"{where}: compact logits describe {len(self.compact.row_sha256)} rows, "
+                    f"{len(self.tokens)} tokens were recorded"
+                )
+        elif self.logits.shape[0] != len(self.tokens):
             raise RecordError(
                 f"{where}: logits has {self.logits.shape[0]} rows but {len(self.tokens)} tokens were recorded"
             )

@@ -9,8 +9,11 @@ import pytest
 
 from harness.errors import GoldenError, StaleGoldenError
 from harness.store import GoldenStatus
-from tests.conftest import write_profile
+from tests.conftest import VALID_PROFILE, write_profile
 from tests.fakes import FakeOracle, fake_session
+
+# Goldens that keep every full vector (format 1): what the blob tests below exercise.
+FULL_PROFILE = VALID_PROFILE.format(name="tiny") + "golden:\n  full_steps: all\n"
 
 
 def _manifests(root: Path) -> dict[Path, bytes]:
@@ -30,7 +33,7 @@ def test_absent_goldens_are_generated_once_then_reused(isolated: Path) -> None:
 
 
 def test_corrupted_blob_is_an_error_and_nothing_is_rewritten(isolated: Path) -> None:
-    write_profile(isolated)
+    write_profile(isolated, text=FULL_PROFILE)
     session = fake_session(isolated)
     golden = session.goldens(session.profile("tiny"))["plain"]
     blob = session.store.blob_path(golden.manifest["blobs"]["logits"]["sha256"])
@@ -61,7 +64,7 @@ def test_stale_golden_is_reported_not_regenerated(isolated: Path) -> None:
 
 
 def test_tracked_manifest_without_blobs_is_reproduced_and_checked(isolated: Path) -> None:
-    write_profile(isolated)
+    write_profile(isolated, text=FULL_PROFILE)
     session = fake_session(isolated)
     golden = session.goldens(session.profile("tiny"))["plain"]
     blob = session.store.blob_path(golden.manifest["blobs"]["logits"]["sha256"])
