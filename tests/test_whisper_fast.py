@@ -1,0 +1,310 @@
+"""The Whisper fast path: fused weights, array logit filters, greedy loop, and its L2 gate.
+
+Unit tests run on a small seeded Whisper (width 64, the tiny.en vocabulary); the gate runs on
+the real tiny.en weights over fixtures/audio/fox.wav against the committed mlx-whisper golden,
+and must fail on perturbed fast paths and on synthetic records with a flip it cannot explain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+
+from harness.compare import raw_bits
+from harness.fastpath_gate import check_token_budget, token_differences
+from harness.records import ScenarioRecord
+from models.whisper import fast as fast_module
+from models.whisper.audio import N_FRAMES, log_mel_spectrogram, pad_or_trim
+from models.whisper.decoding import DecodeObserver, DecodingOptions, DecodingTask, decode
+from models.whisper.fast import FastWhisper, fast_decode, fast_transcribe_record
+from models.whisper.fast_filters import FastFilters, FilterState
+from models.whisper.model import ModelDimensions, Whisper
+from models.whisper.tokenizer import load_encoding
+
+MODEL = "whisper-tiny-en"
+FOX = "fixtures/audio/fox.wav"
+# fp32 fast encoder vs the faithful one: other summation orders (fused SDPA, one q|k|v
+# matmul); seen ~1e-6 at unit-scale activations, a wrong fusion is O(1).
+ENCODER_TOLERANCE = 1e-4
+
+
+@pytest.fixture(scope="module")
+def artifact_dir():
+    from harness.session import ParitySession
+
+    session = ParitySession()
+    return session.artifact(session.profile(MODEL)).model_dir
+
+
+@pytest.fixture(scope="module")
+def small(artifact_dir):
+    """A seeded width-64 Whisper with the tiny.en vocabulary, its encoding and a fox window."""
+    mx.random.seed(0)
+    dims = ModelDimensions(80, 1500, 64, 2, 2, 51864, 448, 64, 2, 2)
+    model = Whisper(dims, mx.float32)
+    flat = nn.utils.tree_flatten(model.parameters())
+    model.update(nn.utils.tree_unflatten([(k, mx.random.normal(v.shape) * 0.2) for k, v in flat]))
+    model.decoder.positional_embedding = mx.random.normal((448, 64)) * 0.1
+    mx.eval(model.parameters())
+    encoding = load_encoding(artifact_dir, model.num_languages, dims.n_vocab)
+    mel = pad_or_trim(log_mel_spectrogram(FOX, n_mels=80), N_FRAMES, axis=-2)
+    return model, encoding, mel
+
+
+def test_fused_encoder_and_cross_kv_match_the_faithful_model(small) -> None:
+    model, _, mel = small
+    fast = FastWhisper(model)
+    expected = model.embed_audio(mel[None])
+    got = fast.embed_audio(mel[None])
+    assert float(mx.abs(expected - got).max()) < ENCODER_TOLERANCE
+    cross = fast.cross_kv(expected)
+    for block, (k, v) in zip(model.decoder.blocks, cross, strict=True):
+        want_k = block.cross_attn.key(expected).reshape(1, 1500, 2, 32).transpose(0, 2, 1, 3)
+        want_v = block.cross_attn.value(expected).reshape(1, 1500, 2, 32).transpose(0, 2, 1, 3)
+        assert float(mx.abs(want_k - k).max()) < ENCODER_TOLERANCE
+        assert float(mx.abs(want_v - v).max()) < ENCODER_TOLERANCE
+
+    # The same check catches a q|k|v fusion in the wrong order (k and v swapped).
+    wrong = FastWhisper(model)
+    wrong._encoder_qkv = [(mx.concatenate([w[:64], w[128:], w[64:128]]), b) for w, b in wrong._encoder_qkv]
+    assert float(mx.abs(expected - wrong._encoder_forward(mel[None])).max()) > 100 * ENCODER_TOLERANCE
+
+
+def _prefixes(begin: int, eot: int) -> list[list[int]]:
+    text = 440
+    return [
+        [],
+        [begin],  # a pair open
+        [begin, text],
+        [begin, text, begin + 30],  # open again
+        [begin, text, begin + 30, begin + 30],  # pair closed
+        [begin + 2, text, text, begin + 40, begin + 41, text],
+        [text, text],
+        [begin + 10, begin + 10, text, begin + 5],  # a going-back timestamp (monotonic rule)
+    ]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        DecodingOptions(language="en", fp16=False),
+        DecodingOptions(language="en", fp16=False, fix_monotonic_timestamps=True, max_initial_timestamp=None),
+        DecodingOptions(language="en", fp16=False, suppress_blank=False, suppress_tokens=""),
+        DecodingOptions(language="en", fp16=False, without_timestamps=True),
+    ],
+    ids=["default", "monotonic-no-initial-limit", "no-blank-no-suppress", "without-timestamps"],
+)
+def test_array_filters_equal_decoding_filters_bit_for_bit(small, options) -> None:
+    model, encoding, _ = small
+    task = DecodingTask(model, options, encoding)
+    fast = FastFilters.from_decoding(task.logit_filters, model.dims.n_vocab)
+    tokenizer = task.tokenizer
+    begin = tokenizer.timestamp_begin
+    rng = np.random.default_rng(1)
+    for prefix in _prefixes(begin, tokenizer.eot):
+        for boost in (0.0, 6.0):  # without and with the timestamps' mass winning over text
+            logits = rng.normal(size=(2, model.dims.n_vocab)).astype(np.float32)
+            logits[:, begin:] += boost
+            tokens = mx.array([list(task.initial_tokens) + prefix] * 2)
+            expected = mx.array(logits)
+            for f in task.logit_filters:
+                expected = f.apply(expected, tokens)
+            got = fast.apply(mx.array(logits), FilterState.from_sampled([prefix] * 2, begin))
+            e, g = np.array(expected), np.array(got)
+            assert np.array_equal(np.isneginf(e), np.isneginf(g)), (prefix, boost)
+            assert np.array_equal(raw_bits(e), raw_bits(g)), (prefix, boost)
+
+    # A filter list the fast path does not know is refused by name.
+    with pytest.raises(TypeError, match="no array form"):
+        FastFilters.from_decoding([object()], model.dims.n_vocab)
+
+
+class _Steps(DecodeObserver):
+    def __init__(self) -> None:
+        self.rows: list[tuple[np.ndarray, list[int], bool]] = []
+
+    def on_step(self, logits, tokens, kept) -> None:
+        self.rows.append((np.array(logits), tokens.tolist(), kept))
+
+
+def test_fast_greedy_decode_follows_the_faithful_decoder(small) -> None:
+    model, encoding, mel = small
+    fast = FastWhisper(model)
+    options = DecodingOptions(language="en", fp16=False, sample_len=24)
+    seen_faithful, seen_fast = _Steps(), _Steps()
+    want = decode(model, mel, encoding, options, observer=seen_faithful)
+    got = fast_decode(fast, mel, encoding, options, observer=seen_fast)
+    assert got.tokens == want.tokens and got.text == want.text
+    assert [(t, k) for _, t, k in seen_fast.rows] == [(t, k) for _, t, k in seen_faithful.rows]
+    assert abs(got.avg_logprob - want.avg_logprob) < 1e-4 or (np.isnan(got.avg_logprob) and np.isnan(want.avg_logprob))
+    assert abs(got.no_speech_prob - want.no_speech_prob) < 1e-4
+
+    # Teacher forcing: fed other tokens, the observer reports the forced tokens.
+    forced = [[tokenizer_token for tokenizer_token in want.tokens[:3]] + [50364]]
+    forced_seen = _Steps()
+    fast_decode(fast, mel, encoding, options, observer=forced_seen, forced_tokens=forced)
+    assert [t[0] for _, t, k in forced_seen.rows if k][:4] == forced[0]
+
+    # Not a FastWhisper: a clear error.
+    with pytest.raises(TypeError, match="FastWhisper"):
+        fast_decode(model, mel, encoding, options)
+
+
+# -- the L2 gate on the real fast path -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fox_case(artifact_dir):
+    from harness.session import ParitySession
+    from models.whisper.load import load_model
+
+    session = ParitySession()
+    profile = session.profile(MODEL)
+    scenario = profile.scenario("fox-greedy")
+    golden = session.golden(profile, scenario).record
+    model = load_model(artifact_dir, dtype=mx.float32)
+    fast = fast_module.as_fast(model)
+    options = dict(profile.scenario_spec(scenario)["options"])
+    return golden, fast, artifact_dir, options
+
+
+def _records(fox_case) -> tuple[ScenarioRecord, ScenarioRecord]:
+    golden, fast, model_dir, options = fox_case
+    out = []
+    for forced in (None, golden.extra["decode_calls"]):
+        rec = fast_transcribe_record(fast, model_dir, FOX, options, forced=forced)
+        out.append(
+            ScenarioRecord(
+                scenario_id="fox-greedy",
+                rendered_prompt=None,
+                prompt_ids=[],
+                tokens=rec["tokens"],
+                logits=rec["logits"],
+                eos_ids=rec["eos_ids"],
+                mode="free" if forced is None else "teacher_forced",
+                extra={"decode_calls": rec["decode_calls"], "transcript": rec["transcript"]},
+            )
+        )
+    return out[0], out[1]
+
+
+def test_the_gate_passes_the_real_fast_path_on_fox(fox_case) -> None:
+    golden = fox_case[0]
+    free, forced = _records(fox_case)
+    result = check_token_budget(golden, free, forced, budget=2)
+    assert result.passed, result.summary
+    assert result.steps_compared == golden.extra["decode_calls"][0]["n_steps"]
+    assert result.details["max_abs_logit_error"] > 0  # not bit-exact: the L2 path really differs
+
+
+def _clear_compiled(fast: FastWhisper) -> None:
+    fast._steps.clear()
+    fast._choosers.clear()
+
+
+def test_the_gate_fails_a_compiled_step_without_its_timestamp_rules(fox_case, monkeypatch) -> None:
+    golden, fast = fox_case[0], fox_case[1]
+
+    class NoTimestampRules(fast_module._Chooser):
+        def __init__(self, filters, forcing, eot):
+            super().__init__(replace(filters, timestamps=None), forcing, eot)
+
+    monkeypatch.setattr(fast_module, "_Chooser", NoTimestampRules)
+    _clear_compiled(fast)
+    try:
+        free, forced = _records(fox_case)
+    finally:
+        _clear_compiled(fast)
+    result = check_token_budget(golden, free, forced, budget=2)
+    assert not result.passed
+    assert "compiled step's rules differ from its filters" in result.summary, result.summary
+
+
+def test_the_gate_fails_a_wrong_qkv_fusion_order(fox_case) -> None:
+    golden, fast = fox_case[0], fox_case[1]
+    original = fast._decoder_qkv
+    d = fast.dims.n_text_state
+    fast._decoder_qkv = [(mx.concatenate([w[:d], w[2 * d :], w[d : 2 * d]]), b) for w, b in original]
+    _clear_compiled(fast)
+    try:
+        free, forced = _records(fox_case)
+    finally:
+        fast._decoder_qkv = original
+        _clear_compiled(fast)
+    result = check_token_budget(golden, free, forced, budget=2)
+    assert not result.passed and "over the budget of 2" in result.summary, result.summary
+
+
+# -- the gate on synthetic records ---------------------------------------------------------
+
+VOCAB, EOT = 8, 7
+FILTERS = FastFilters(n_vocab=VOCAB, blank=None, suppress=(6,), timestamps=None).to_dict()
+
+
+def _record(tokens: list[int], logits: np.ndarray, mode: str, picks: list[int] | None = None) -> ScenarioRecord:
+    call = {
+        "seek": 0,
+        "batch": 1,
+        "n_steps": len(tokens),
+        "row_offset": 0,
+        "tokens": [t for t in tokens if t != EOT],
+        "kept": True,
+        "skipped_as_silence": False,
+    }
+    if picks is not None:
+        call |= {"fast_filters": FILTERS, "fast_picks": [[p] for p in picks]}
+    return ScenarioRecord(
+        "synthetic", None, [], tokens, logits.astype(np.float32), [EOT], mode, extra={"decode_calls": [call]}
+    )
+
+
+def _logits(rows: list[dict[int, float]]) -> np.ndarray:
+    out = np.zeros((len(rows), VOCAB), np.float32)
+    for i, row in enumerate(rows):
+        for token, value in row.items():
+            out[i, token] = value
+    return out
+
+
+ORACLE = _logits([{2: 5.0, 3: 1.0}, {4: 3.0, 5: 2.999}, {EOT: 9.0}])
+
+
+def test_a_near_tie_flip_within_budget_passes_and_budget_zero_fails() -> None:
+    golden = _record([2, 4, EOT], ORACLE, "free")
+    fast_logits = _logits([{2: 5.0, 3: 1.0}, {4: 2.999, 5: 3.0}, {EOT: 9.0}])
+    free = _record([2, 5, EOT], fast_logits, "free")
+    forced = _record([2, 4, EOT], fast_logits, "teacher_forced", picks=[2, 5, EOT])
+    ok = check_token_budget(golden, free, forced, budget=1)
+    assert ok.passed and ok.details["flips"][0]["near_tie"], ok.summary
+    assert "decode call 0 step 1" in ok.summary
+    tight = check_token_budget(golden, free, forced, budget=0)
+    assert not tight.passed and "1 differing tokens over the budget of 0" in tight.summary
+
+
+def test_a_wide_margin_flip_is_rejected_whatever_the_budget() -> None:
+    golden = _record([2, 4, EOT], ORACLE, "free")
+    fast_logits = _logits([{2: 5.0, 3: 1.0}, {4: 3.0, 3: 0.5}, {EOT: 9.0}])  # 4 still far ahead
+    forced = _record([2, 4, EOT], fast_logits, "teacher_forced", picks=[2, 3, EOT])
+    free = _record([2, 3, EOT], fast_logits, "free")
+    result = check_token_budget(golden, free, forced, budget=5)
+    assert not result.passed
+    assert "NOT a near-tie" in result.summary and "oracle 4 vs fast 3" in result.summary, result.summary
+
+
+def test_a_flip_onto_a_suppressed_token_is_not_a_near_tie() -> None:
+    golden = _record([2, 4, EOT], ORACLE, "free")
+    fast_logits = _logits([{2: 5.0, 3: 1.0}, {4: 3.0, 6: 3.5}, {EOT: 9.0}])
+    forced = _record([2, 4, EOT], fast_logits, "teacher_forced", picks=[2, 6, EOT])
+    free = _record([2, 6, EOT], fast_logits, "free")
+    result = check_token_budget(golden, free, forced, budget=5)
+    assert not result.passed and "forbid" in result.summary, result.summary
+
+
+def test_token_differences_counts_spans() -> None:
+    assert token_differences([1, 2, 3], [1, 2, 3])[0] == 0
+    assert token_differences([1, 2, 3, 9], [1, 2, 4, 5, 9])[0] == 2  # "dog" -> "dog." + timestamp
+    assert token_differences([1, 2], [])[0] == 2
