@@ -7,10 +7,13 @@ that venv's packages and the standard library. For each WAV (16 kHz mono 16-bit 
 - `<stem>.probs.npy`: float32, one speech probability per 512-sample chunk, exactly the values
   the package's `get_speech_timestamps` thresholded (the model is wrapped so every call it
   makes is recorded; nothing is recomputed beside it).
-- `<stem>.json`: the speech segments (integer sample offsets), the sample sha256, the options,
-  the package's wall time, and an environment block (versions, threads, platform).
+- `<stem>.json`: per named option set, the speech segments (integer sample offsets); the
+  sample sha256, the package's wall time, and an environment block (versions, threads).
 
-Usage: python generate.py --out DIR --options '{"threshold": 0.5, ...}' [--repeat N] a.wav ...
+Usage: python generate.py --out DIR --options '{"default": {}, "name": {"threshold": 0.6}}'
+       [--repeat N] a.wav ...
+Every option set re-runs the package's `get_speech_timestamps` (model included); the
+probabilities must come out the same each time (the model is deterministic), else it fails.
 """
 
 from __future__ import annotations
@@ -73,26 +76,33 @@ def environment() -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--options", default="{}", help="get_speech_timestamps keyword arguments (JSON)")
+    parser.add_argument(
+        "--options", default='{"default": {}}', help="named get_speech_timestamps keyword arguments (JSON)"
+    )
     parser.add_argument("--repeat", type=int, default=1, help="timed repetitions (the first result is kept)")
     parser.add_argument("wavs", nargs="+", type=Path)
     args = parser.parse_args()
-    options = json.loads(args.options)
+    option_sets = json.loads(args.options)
     args.out.mkdir(parents=True, exist_ok=True)
 
     model = RecordingModel(load_silero_vad())  # the TorchScript model; the package sets 1 thread
     for path in args.wavs:
         samples = read_wav(path)
         audio = torch.from_numpy(samples)
-        times = []
-        segments = probs = None
-        for _ in range(max(1, args.repeat)):
-            start = time.perf_counter()
-            result = get_speech_timestamps(audio, model, sampling_rate=16000, **options)
-            times.append(time.perf_counter() - start)
-            if segments is None:
-                segments = [{"start": int(s["start"]), "end": int(s["end"])} for s in result]
-                probs = np.concatenate(model.probs) if model.probs else np.zeros((0,), np.float32)
+        times: dict[str, list[float]] = {}
+        segments: dict[str, list[dict[str, int]]] = {}
+        probs = None
+        for name, options in option_sets.items():
+            for _ in range(max(1, args.repeat)):
+                start = time.perf_counter()
+                result = get_speech_timestamps(audio, model, sampling_rate=16000, **options)
+                times.setdefault(name, []).append(time.perf_counter() - start)
+                got = np.concatenate(model.probs) if model.probs else np.zeros((0,), np.float32)
+                if probs is None:
+                    probs = got
+                elif got.tobytes() != probs.tobytes():
+                    raise SystemExit(f"{path}: the package's probabilities changed between runs")
+                segments.setdefault(name, [{"start": int(s["start"]), "end": int(s["end"])} for s in result])
         np.save(args.out / f"{path.stem}.probs.npy", probs.astype(np.float32), allow_pickle=False)
         record = {
             "wav": path.name,
@@ -100,7 +110,7 @@ def main() -> None:
             "samples_sha256": hashlib.sha256(samples.tobytes()).hexdigest(),
             "chunks": int(probs.shape[0]),
             "segments": segments,
-            "options": options,
+            "options": option_sets,
             "seconds": times,
             "environment": environment(),
         }
