@@ -36,7 +36,7 @@ WORD_OPTION_SETS: tuple[dict[str, Any], ...] = (
     {"max_line_width": 20, "max_line_count": 2},
     {"max_line_width": 12},
     {"max_words_per_line": 3},
-    {"max_words_per_line": 2, "max_line_width": 16, "max_line_count": 1},
+    {"max_words_per_line": 2, "max_line_width": 12, "max_line_count": 2},
     {"highlight_words": True},
     {"highlight_words": True, "max_line_width": 24, "max_line_count": 2},
 )
