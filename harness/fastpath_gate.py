@@ -85,6 +85,11 @@ def check_token_budget(
 ) -> CheckResult:
     if budget < 0:
         raise ValueError(f"token budget must be >= 0, got {budget}")
+    if getattr(golden, "is_compact", False):
+        raise ValueError(
+            f"{golden.scenario_id}: the token-budget gate needs the oracle's full logit vectors, "
+            "got a compact golden: pass ParitySession.full_golden(profile, scenario)"
+        )
     problems: list[str] = []
     count, diffs = token_differences(clip_tokens(golden), clip_tokens(free))
     diff_text = "; ".join(

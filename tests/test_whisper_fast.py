@@ -165,7 +165,7 @@ def fox_case(artifact_dir):
     session = ParitySession()
     profile = session.profile(MODEL)
     scenario = profile.scenario("fox-greedy")
-    golden = session.golden(profile, scenario).record
+    golden = session.full_golden(profile, scenario)  # every step's full logits (not a compact golden)
     model = load_model(artifact_dir, dtype=mx.float32)
     fast = fast_module.as_fast(model)
     options = dict(profile.scenario_spec(scenario)["options"])
