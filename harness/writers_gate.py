@@ -182,7 +182,9 @@ def check_writers(
     write_actual: WriteAll = write_intree,
 ) -> CheckResult:
     """mlx-whisper's writers on the golden transcript against the in-tree writers on the
-    in-tree transcript, every format, for `writer_options` (one option set or several).
+    in-tree transcript, every format, for `writer_options`: one option set, several, or an
+    empty one for all of WORD_OPTION_SETS (the default set {} among them; a profile that
+    names no options gets every subtitle path judged).
 
     The output files are named after `audio_path` (its suffix replaced), as mlx-whisper's CLI
     names them. `write_expected` / `write_actual` replace a side (tests pass a perturbed one).
@@ -190,7 +192,10 @@ def check_writers(
     if golden_transcript is None or intree_transcript is None:
         missing = "golden" if golden_transcript is None else "in-tree"
         return CheckResult("writers", False, f"no {missing} transcript to write")
-    option_sets = [writer_options] if isinstance(writer_options, Mapping) else list(writer_options)
+    if isinstance(writer_options, Mapping):
+        option_sets = [writer_options] if writer_options else list(WORD_OPTION_SETS)
+    else:
+        option_sets = list(writer_options)
     option_sets = [check_option_set(options) for options in option_sets]
     if not option_sets:
         raise ValueError("writer options: expected at least one option set")
