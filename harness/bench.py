@@ -160,6 +160,55 @@ def intree_parity_work(session: Any, profile: Profile) -> tuple[Any, dict[str, A
     return runner, times | {"scenarios": len(profile.active_scenarios(device_facts().backend))}
 
 
+def per_step_overhead(session: Any, profile: Profile) -> dict[str, Any]:
+    """The harness's own work per step against the in-tree forward it judges, scenario by scenario.
+
+    forward = one free-running in-tree run (the runner's bookkeeping included: logits copied to
+    the host, record built); judging = every check of the scenario on that record, against the
+    golden as stored (compact: hashes) and against its full vectors (the diagnostic path).
+    """
+    from harness.session import CHECKS, decide_by_digest, runnable_spec
+
+    runner = session.runner(profile)
+    rows, totals = [], {"forward_s": 0.0, "judge_s": 0.0, "judge_full_s": 0.0, "steps": 0}
+    for scenario in profile.active_scenarios(device_facts().backend):
+        if "nightly" in scenario.tags:
+            continue
+        golden = session.golden(profile, scenario).record
+        full = session.full_golden(profile, scenario)
+        spec = runnable_spec(profile.scenario_spec(scenario))
+        started = time.perf_counter()
+        record = runner.run(spec)
+        forward = time.perf_counter() - started
+        checks = [c for c in profile.checks(scenario) if c in CHECKS]
+        started = time.perf_counter()
+        for check in checks:
+            decide_by_digest(check, golden, record) if golden.is_compact else CHECKS[check][1](golden, record)
+        judge = time.perf_counter() - started
+        started = time.perf_counter()
+        for check in checks:
+            CHECKS[check][1](full, record)
+        judge_full = time.perf_counter() - started
+        steps = len(record.tokens)
+        rows.append(
+            {
+                "scenario": scenario.id,
+                "steps": steps,
+                "checks": len(checks),
+                "forward_ms_per_step": 1e3 * forward / steps,
+                "judge_ms_per_step": 1e3 * judge / steps,
+                "judge_full_ms_per_step": 1e3 * judge_full / steps,
+                "judge_pct_of_forward": 100 * judge / forward,
+                "judge_full_pct_of_forward": 100 * judge_full / forward,
+            }
+        )
+        for key, value in (("forward_s", forward), ("judge_s", judge), ("judge_full_s", judge_full), ("steps", steps)):
+            totals[key] += value
+    totals["judge_pct_of_forward"] = 100 * totals["judge_s"] / totals["forward_s"]
+    totals["judge_full_pct_of_forward"] = 100 * totals["judge_full_s"] / totals["forward_s"]
+    return {"scenarios": rows, "total": totals}
+
+
 def parity_wall(model: str) -> dict[str, Any]:
     """Wall time of `python -m harness parity` as `make parity` runs it (report to a temporary file)."""
     with tempfile.TemporaryDirectory(prefix="bench-", dir=_tmp()) as tmp:
@@ -284,12 +333,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--speed", action="store_true", help="only the in-tree vs oracle speed and peak memory (no parity timings)"
     )
+    parser.add_argument(
+        "--per-step", action="store_true", help="only the judging cost per step against the in-tree forward"
+    )
     args = parser.parse_args(argv)
 
     from harness.session import ParitySession
 
     session = ParitySession()
     profile = session.profile(args.model)
+    if args.per_step:
+        out = per_step_overhead(session, profile)
+        for row in out["scenarios"]:
+            print(
+                f"{row['scenario']:28} {row['steps']:4} steps {row['checks']} checks  forward "
+                f"{row['forward_ms_per_step']:9.2f} ms/step  judging {row['judge_ms_per_step']:7.3f} ms/step "
+                f"({row['judge_pct_of_forward']:.2f} %)  full-vector judging {row['judge_full_ms_per_step']:7.3f} "
+                f"ms/step ({row['judge_full_pct_of_forward']:.2f} %)"
+            )
+        total = out["total"]
+        print(
+            f"total: judging {total['judge_pct_of_forward']:.2f} % of the in-tree forward time "
+            f"(full vectors: {total['judge_full_pct_of_forward']:.2f} %) over {total['steps']} steps"
+        )
+        return 0
     model_dir = session.artifact(profile).model_dir
     if args.speed_only:
         job = json.loads(args.speed_only.read_text())
