@@ -85,6 +85,10 @@ def test_kept_cache_forcing_and_teacher_forcing_match_eager(mini: UniversalLlama
             assert np.array_equal(np.array(e_array).view(np.uint32), np.array(c_array).view(np.uint32))
 
 
+def test_one_token_prompt_starts_from_an_empty_cache(mini: UniversalLlama) -> None:
+    assert differing_steps(list(greedy_steps(mini, [5], 3)), list(compiled_greedy_steps(mini, [5], 3))) == []
+
+
 def test_compiled_equals_eager_in_bfloat16(mini_bf16: UniversalLlama) -> None:
     prompt = LONG_PROMPT[:20]
     eager = list(greedy_steps(mini_bf16, prompt, 4))

@@ -8,12 +8,15 @@ the logits, the greedy token and the new keys and values. Nothing in the trace r
 state, so one trace serves every step.
 
 Why the keys and values are exact-length arrays, not a fixed buffer. mlx-lm's attention runs
-on `keys[..., :offset, :]`: exactly the positions so far. A compiled step over a fixed
-capacity buffer must attend over the whole buffer with a mask; the softmax then reduces over
-a longer row (zeros added where the mask is), which changes its summation order, and bits
-(the "masked" variant measures this; docs/compiled-decode.md). So here each layer's keys and
-values are concatenated with the new position and the step is compiled `shapeless=True`: the
-attention always sees exactly `offset + 1` positions, and a longer cache needs no new trace.
+on `keys[..., :offset, :]`: exactly the positions so far, with no mask for one query. A
+compiled step over a fixed-capacity buffer (the "masked" variant, traced once per 256-position
+block) must attend over the whole buffer with a mask: other ops (an array mask; on the GPU it
+also changes which SDPA kernel runs) reducing over a longer row, so its bits match only where
+the backend happens to sum the masked zeros in without reordering. On this CPU they did in
+every measurement (docs/compiled-decode.md), but nothing guarantees it, so it is not the
+default. Here each layer's keys and values are concatenated with the new position and the step
+is compiled `shapeless=True`: the attention always sees exactly `offset + 1` positions with no
+mask, and a longer cache needs no new trace.
 
 Why two forms. Shapeless tracing needs every op to infer its output shape from its inputs.
 On the GPU `mx.fast.rope` is one primitive and the whole step is one trace ("whole"). On the
@@ -54,8 +57,6 @@ from models.universal.generate import (
 from models.universal.model import Block, UniversalLlama
 
 VARIANTS = ("auto", "whole", "split", "masked")
-# Bit-exact with the eager loop (tests/test_compiled_decode.py proves it for these on the CPU).
-BIT_EXACT_VARIANTS = ("auto", "whole", "split")
 
 KVArrays = list[mx.array]  # keys_0, values_0, keys_1, values_1, ... one pair per layer
 
@@ -183,7 +184,7 @@ class CompiledDecoder:
         logits, token = following
         return logits, token, new_kv
 
-    # masked (not bit-exact: measured and documented, not used by default)
+    # masked (not bit-exact by construction: measured and documented, never the default)
     def _masked_step(self, token: mx.array, offset: mx.array, *buffers: mx.array) -> tuple[mx.array, ...]:
         h = self.model.model.embed_tokens(token[None])
         capacity = buffers[0].shape[2]
