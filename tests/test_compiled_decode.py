@@ -104,6 +104,13 @@ def test_compiled_passes_the_mlx_lm_goldens(session: ParitySession) -> None:
     assert all(not any(ran.startswith("eager") for ran in r["ran"]) for r in rows), rows
 
 
+@pytest.mark.skipif(mx.default_device() != mx.cpu, reason="only the CPU backend's rope slices")
+def test_whole_step_is_refused_on_the_cpu_so_auto_splits(mini: UniversalLlama, fresh_traces: None) -> None:
+    """Why "split" exists: the CPU rope falls back to slices, which no shapeless trace takes."""
+    with pytest.raises(ValueError, match="cannot infer output shapes"):
+        list(compiled_greedy_steps(mini, [5, 6], 2, variant="whole"))
+
+
 def test_unsupported_cache_kinds_run_the_eager_loop(mini: UniversalLlama) -> None:
     report = DecodeReport()
     fast = list(compiled_greedy_steps(mini, [5, 6, 7], 2, max_kv_size=8, report=report))
