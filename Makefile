@@ -7,7 +7,7 @@ MODEL ?= smollm2-135m
 # pytest-xdist workers for `make test` (2 cores here).
 WORKERS ?= auto
 
-.PHONY: parity goldens test nightly signoff lint bench list venv clean-cache mutants
+.PHONY: parity goldens test nightly signoff lint bench list venv clean-cache mutants vad calibrate
 
 venv: $(VENV)/.installed
 
@@ -56,3 +56,11 @@ clean-cache:
 ## make mutants: inject known faults into the in-tree implementations; every one must be caught (exit 1 otherwise)
 mutants: venv
 	MLX_PARITY_LOCALIZE=0 $(PY) -m harness.mutants $(ARGS)
+
+## make vad: Silero VAD (MLX port) against the silero-vad package on the fixtures (docs/vad.md)
+vad: venv
+	$(PY) -m harness.vad_gate $(ARGS)
+
+## make calibrate MODEL=whisper-tiny-en: the oracle against itself under benign changes -> the L2 token budget (ARGS=--write records it)
+calibrate: venv
+	$(PY) -m harness.calibrate --model $(MODEL) $(ARGS)

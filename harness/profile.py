@@ -46,7 +46,9 @@ SpeechCheck = Literal[
 ]
 # L2 drafting: the drafted / accepted counts of every step.
 CompositionCheck = Literal["draft_stats"]
-CheckName = Literal[LlmCheck, SpeechCheck, CompositionCheck]
+# L1 too, opted into per scenario: the compiled single-token decode step against the same golden.
+CompiledCheck = Literal["compiled_decode"]
+CheckName = Literal[LlmCheck, SpeechCheck, CompositionCheck, CompiledCheck]
 L1_CHECKS: tuple[str, ...] = typing.get_args(LlmCheck)
 SPEECH_CHECKS: tuple[str, ...] = (
     "mel",
@@ -70,7 +72,7 @@ TOKEN_LEVEL_CHECKS = ("decode_tokens", "transcript_text", "writers")
 # reference path, within a budget whose every counted difference is explained.
 INTREE_COMPOSITIONS = {"whisper": ("whisper-fast",)}
 CHECKS_BY_IMPLEMENTATION = {
-    "universal-llama": (*L1_CHECKS, "draft_stats"),
+    "universal-llama": (*L1_CHECKS, "draft_stats", "compiled_decode"),
     "whisper": SPEECH_CHECKS,
 }
 GENERATION_OPTIONS = ("forced_prefix", "kv_bits", "kv_group_size", "quantized_kv_start", "max_kv_size")
@@ -563,6 +565,8 @@ def _check_profile(profile: Profile) -> None:
             raise ProfileError(
                 f"{where}.checks: {bad} do not apply to {profile.implementation}; allowed: {list(allowed_checks)}"
             )
+        if "compiled_decode" in profile.checks(s) and (s.kind not in ("plain", "chat") or s.turns or s.composition):
+            raise ProfileError(f"{where}.checks: compiled_decode runs plain and chat scenarios only")
         if "draft_stats" in profile.checks(s) and (s.composition or {}).get("kind") != "ngram_draft":
             raise ProfileError(f"{where}.checks: draft_stats needs a composition of kind 'ngram_draft'")
         if s.composition is not None and speech and not profile.intree_composition(s):

@@ -112,9 +112,18 @@ class InTreeRunner:
             return rendered, self.tokenizer.encode(rendered, add_special_tokens=False)
         return None, self.tokenizer.encode(spec["prompt"], add_special_tokens=True)
 
-    def run(self, spec: dict[str, Any], forced: ScenarioRecord | None = None) -> ScenarioRecord:
+    def run(self, spec: dict[str, Any], forced: ScenarioRecord | None = None, decode: str = "eager") -> ScenarioRecord:
+        """One run of a scenario; `decode="compiled"` decodes with the compiled single-token step
+        (plain and chat scenarios), which must give the eager loop's bits."""
         mode = "teacher_forced" if forced is not None else "free"
-        self._progress = (f"{self.label}{spec['id']} ({mode})", time.perf_counter())
+        if decode not in ("eager", "compiled"):
+            raise ValueError(f"decode: expected 'eager' or 'compiled', got {decode!r}")
+        if decode == "compiled" and any(spec.get(k) is not None for k in ("turns", "batch", "composition")):
+            raise ValueError(f"{spec['id']}: the compiled decode runs plain and chat scenarios only")
+        self._progress = (
+            f"{self.label}{spec['id']} ({mode}{', compiled' if decode == 'compiled' else ''})",
+            time.perf_counter(),
+        )
         if spec.get("turns") is not None:
             return self._run_turns(spec, forced, mode)
         if spec.get("batch") is not None:
@@ -136,22 +145,25 @@ class InTreeRunner:
             rows, tokens, infos = self._collect(steps, spec["n_tokens"])
             extra = {"step_info": infos}
         else:
-            rows, tokens, _ = self._collect(self._greedy(spec, prompt_ids, forced_tokens), spec["n_tokens"])
+            steps = self._greedy(spec, prompt_ids, forced_tokens, compiled=decode == "compiled")
+            rows, tokens, _ = self._collect(steps, spec["n_tokens"])
             extra = {}
         return self._record(spec, mode, rendered, prompt_ids, tokens, rows, extra)
 
-    def _greedy(self, spec: dict[str, Any], prompt_ids: list[int], forced_tokens: list[int] | None, **kw: Any):
+    def _greedy(
+        self, spec: dict[str, Any], prompt_ids: list[int], forced_tokens: list[int] | None, compiled: bool = False
+    ):
         from models.universal import greedy_steps
+        from models.universal.compiled import compiled_greedy_steps
 
         options = {name: spec[name] for name in GENERATION_OPTIONS if spec.get(name) is not None}
-        return greedy_steps(
+        return (compiled_greedy_steps if compiled else greedy_steps)(
             self.model,
             prompt_ids,
             spec["n_tokens"],
             prefill_step_size=spec["prefill_step_size"],
             forced_tokens=forced_tokens,
             **options,
-            **kw,
         )
 
     def _collect(self, steps: Any, n_tokens: int, done: int = 0, total: int | None = None):

@@ -99,6 +99,7 @@ CHECKS: dict[str, tuple[str, CheckFn]] = {
         ),
     ),
     "decode_tokens": ("free", lambda g, a: _decode_tokens(g, a)),
+    "compiled_decode": ("compiled", lambda g, a: _compiled_decode(g, a)),
     "transcript_text": (
         "free",
         lambda g, a: compare_json(
@@ -118,6 +119,18 @@ CHECKS: dict[str, tuple[str, CheckFn]] = {
 
 # Checks that need more than one record pair; run by ParitySession itself.
 SESSION_CHECKS = ("writers", "token_budget")
+
+
+def _compiled_decode(golden: ScenarioRecord, actual: ScenarioRecord) -> CheckResult:
+    """The compiled decode loop, free-running: every row bit for bit, then the tokens."""
+    result = compare_steps("compiled_decode", golden, actual, range(len(golden.tokens)))
+    if not result.passed:
+        return result
+    tokens = compare_tokens("compiled_decode", golden, actual)
+    if not tokens.passed:
+        return tokens
+    result.summary += " (compiled single-token decode step)"
+    return result
 
 
 def _decode_tokens(golden: ScenarioRecord, actual: ScenarioRecord) -> CheckResult:
@@ -346,6 +359,13 @@ class ParitySession:
     def intree(self, profile: Profile, scenario: Scenario, mode: str) -> ScenarioRecord:
         """The in-tree record of a scenario, checked for determinism before any comparison."""
         key = (profile.name, scenario.id, mode)
+        if mode == "compiled":
+            if key not in self._records:
+                spec = runnable_spec(profile.scenario_spec(scenario))
+                record = self.runner(profile).run(spec, decode="compiled")
+                record.validate(f"in-tree record {profile.name}/{spec['id']} (compiled decode)")
+                self._records[key] = record
+            return self._records[key]
         if (profile.name, scenario.id, "free") not in self._records:
             golden = self.golden(profile, scenario).record
             spec = runnable_spec(profile.scenario_spec(scenario))
@@ -438,7 +458,7 @@ class ParitySession:
         return full
 
     def _session_check(self, profile: Profile, scenario: Scenario, check: str) -> CheckResult:
-        golden = self.full_golden(profile, scenario)
+        golden = self.golden(profile, scenario).record  # writers judge the transcript only
         free = self.intree(profile, scenario, "free")
         if check == "writers":
             from harness.writers_gate import check_writers
@@ -451,6 +471,7 @@ class ParitySession:
             )
         from harness.fastpath_gate import check_token_budget
 
+        golden = self.full_golden(profile, scenario)  # margins need the oracle's full vectors
         forced = self.intree(profile, scenario, "teacher_forced")
         budget = scenario.composition["budget"]
         result = check_token_budget(golden, free, forced, int(budget["max_differing_tokens"]))
@@ -478,6 +499,7 @@ _GATE_ROWS: dict[str, Callable[[ScenarioRecord], Any]] = {
     "prefill_logits": lambda g: g.prefill_rows(),
     "decode_logits": lambda g: g.decode_rows(),
     "teacher_forced_logits": lambda g: range(len(g.tokens)),
+    "compiled_decode": lambda g: range(len(g.tokens)),
 }
 # Checks that read the golden's logits only to explain a token difference.
 _TOKEN_CHECKS = ("greedy_tokens", "decode_tokens", "eos_stop")
@@ -491,7 +513,7 @@ def decide_by_digest(check: str, golden: ScenarioRecord, actual: ScenarioRecord)
         rows = list(_GATE_ROWS[check](golden))
         if actual.logits.ndim != 2 or actual.logits.shape[1:] != (golden.compact.vocab,):
             return None
-        if golden.compact.mismatches(actual.logits, rows):
+        if golden.compact.mismatches(actual.logits, rows) or actual.tokens != golden.tokens:
             return None
         histogram = {b: (len(rows) * golden.compact.vocab if b == "0" else 0) for b in ULP_BUCKETS}
         return CheckResult(

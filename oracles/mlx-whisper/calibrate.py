@@ -1,0 +1,158 @@
+"""mlx-whisper against itself under benign changes: the noise floor an L2 budget is derived from.
+
+Runs inside the mlx-whisper oracle venv, never imports the harness. For each clip it transcribes
+once as the goldens do (the reference) and once per variant, each a change that a correct
+implementation may make without being wrong:
+
+  no-compile  `mx.disable_compile()`: mlx's compiled kernels (GELU among them) unfused
+  batch2      every decode call decodes its window twice, batched (n_audio = 2), keeps member 0
+  fp16        `fp16=True`: float16 compute instead of float32
+
+and writes, per clip and run, every decode call's window, temperature and kept tokens, and each
+step's pre-filter logits and chosen token of member 0, so the harness can count the differing
+tokens and explain each first divergence (margin against logit error).
+
+Usage: python -I calibrate.py --spec spec.json --out DIR
+spec: {"model_dir": ..., "clips": [{"id", "audio"}], "options": {...}, "variants": [...]}
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import importlib.metadata
+import json
+import sys
+from pathlib import Path
+
+VARIANTS = ("no-compile", "batch2", "fp16")
+
+
+@contextlib.contextmanager
+def _patched(patches):
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    try:
+        for owner, name, value in patches:
+            setattr(owner, name, value)
+        yield
+    finally:
+        for owner, name, value in reversed(saved):
+            setattr(owner, name, value)
+
+
+def transcribe_once(model_dir: str, audio: str, options: dict, variant: str | None):
+    """One transcription; returns (decode calls, logits rows of member 0, transcript)."""
+    import mlx.core as mx
+    import numpy as np
+
+    decoding = importlib.import_module("mlx_whisper.decoding")
+    tmod = importlib.import_module("mlx_whisper.transcribe")
+    calls, rows = [], []
+    current = {}
+    orig_run, orig_logits, orig_update = (
+        decoding.DecodingTask.run,
+        decoding.Inference.logits,
+        decoding.GreedyDecoder.update,
+    )
+
+    def run(task, mel):
+        current.clear()
+        current.update({"temperature": task.options.temperature, "rows": [], "chosen": []})
+        if variant == "batch2":
+            results = orig_run(task, mx.concatenate([mel, mel], axis=0))[:1]
+        else:
+            results = orig_run(task, mel)
+        (result,) = results
+        n_steps = len(current["chosen"])
+        calls.append(
+            {
+                "temperature": float(current["temperature"]),
+                "tokens": [int(t) for t in result.tokens],
+                "row_offset": len(rows),
+                "n_steps": n_steps,
+                "chosen": [int(c.item()) for c in current["chosen"]],
+            }
+        )
+        rows.extend(np.array(r.astype(mx.float32)) for r in current["rows"])
+        return results
+
+    def logits(inference, tokens, audio_features):
+        out = orig_logits(inference, tokens, audio_features)
+        current["rows"].append(out[0, -1, :])
+        return out
+
+    def update(decoder, tokens, logits_, sum_logprobs):
+        out = orig_update(decoder, tokens, logits_, sum_logprobs)
+        current["chosen"].append(out[0][0, -1])  # lazy: read after the call, as the capture in generate.py
+        return out
+
+    options = dict(options)
+    options["fp16"] = variant == "fp16"
+    decoding.categorical = mx.compile(lambda lg, temp: mx.random.categorical(lg / temp))
+    mx.random.seed(0)
+    tmod.ModelHolder.model = None  # its cache ignores the dtype: load per run
+    if variant == "no-compile":
+        mx.disable_compile()
+    try:
+        with _patched(
+            [
+                (decoding.DecodingTask, "run", run),
+                (decoding.Inference, "logits", logits),
+                (decoding.GreedyDecoder, "update", update),
+            ]
+        ):
+            transcript = tmod.transcribe(audio, path_or_hf_repo=model_dir, verbose=None, **options)
+    finally:
+        if variant == "no-compile":
+            mx.enable_compile()
+    # The loop computes one look-ahead step it does not keep: keep the rows of chosen tokens only.
+    kept_rows = []
+    for call in calls:
+        call_rows = rows[call["row_offset"] : call["row_offset"] + len(call["chosen"])]
+        call["row_offset"] = len(kept_rows)
+        kept_rows.extend(call_rows)
+    segments = [{"seek": s["seek"], "tokens": [int(t) for t in s["tokens"]]} for s in transcript["segments"]]
+    vocab = rows[0].shape[-1] if rows else 0
+    logits_rows = np.stack(kept_rows).astype(np.float32) if kept_rows else np.zeros((0, vocab), np.float32)
+    return calls, logits_rows, {"text": transcript["text"], "segments": segments}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--spec", required=True, type=Path)
+    parser.add_argument("--out", required=True, type=Path)
+    args = parser.parse_args()
+    spec = json.loads(args.spec.read_text())
+    bad = [v for v in spec.get("variants", []) if v not in VARIANTS]
+    if bad or not spec.get("clips") or not Path(spec.get("model_dir", "")).is_dir():
+        print(
+            f"calibrate: bad spec (unknown variants {bad}, clips, or model_dir); variants: {VARIANTS}", file=sys.stderr
+        )
+        sys.exit(2)
+    import mlx.core as mx
+    import numpy as np
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    result = {"clips": {}}
+    for clip in spec["clips"]:
+        runs = {}
+        for variant in [None, *spec["variants"]]:
+            name = variant or "reference"
+            calls, rows, transcript = transcribe_once(
+                spec["model_dir"], clip["audio"], spec.get("options", {}), variant
+            )
+            np.save(args.out / f"{clip['id']}.{name}.npy", rows, allow_pickle=False)
+            runs[name] = {"decode_calls": calls, "transcript": transcript}
+            print(f"calibrate: {clip['id']} {name}: {transcript['text']!r}", file=sys.stderr, flush=True)
+        result["clips"][clip["id"]] = runs
+    result["environment"] = {
+        "mlx": importlib.metadata.version("mlx"),
+        "mlx-whisper": importlib.metadata.version("mlx-whisper"),
+        "device": str(mx.default_device()),
+    }
+    (args.out / "result.json").write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
