@@ -228,6 +228,7 @@ def test_the_gate_fails_a_compiled_step_without_its_timestamp_rules(fox_case, mo
     assert "compiled step's rules differ from its filters" in result.summary, result.summary
 
 
+@pytest.mark.slow  # not seen to finish on the loaded 2-core CPU (see docs/whisper-fast.md)
 def test_the_gate_fails_a_wrong_qkv_fusion_order(fox_case) -> None:
     golden, fast = fox_case[0], fox_case[1]
     original = fast._decoder_qkv
