@@ -23,7 +23,7 @@ from harness.profile import GENERATION_OPTIONS
 from harness.progress import progress
 from harness.provenance import classify_blas, device_facts
 from harness.records import ScenarioRecord, read_generator_output
-from harness.venvs import OracleEnv, check_same_mlx, ensure_oracle_env
+from harness.venvs import MLX_FREE_ORACLES, OracleEnv, check_same_mlx, ensure_oracle_env
 
 ModelHook = Callable[[Any], None]
 
@@ -69,6 +69,10 @@ class OracleRunner:
 
     def _check_environment(self, oracle_env: dict[str, Any]) -> None:
         facts = device_facts()
+        if self.oracle in MLX_FREE_ORACLES:  # another framework: judged on tokens only
+            if oracle_env.get("mlx") is not None:
+                raise OracleVersionError(f"oracle {self.oracle} ran mlx {oracle_env['mlx']}: it must run without it")
+            return
         if oracle_env.get("mlx") != facts.mlx:
             raise OracleVersionError(
                 f"oracle {self.oracle} ran mlx {oracle_env.get('mlx')}, the project runs mlx {facts.mlx}"

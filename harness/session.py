@@ -8,6 +8,7 @@ scenario share one oracle run and one in-tree run per mode.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 from collections.abc import Callable
@@ -70,9 +71,14 @@ def _without_logprob_fields(value: Any) -> Any:
     return value
 
 
+def _sorted_keys(value: Any) -> Any:
+    return json.loads(json.dumps(value, sort_keys=True))
+
+
 def _decode_call_tokens(record: ScenarioRecord) -> list[dict[str, Any]]:
     """Each decode call's window, temperature, prompt and chosen tokens (no log-prob floats)."""
-    keep = ("window", "temperature", "initial_tokens", "n_steps", "batch", "member_tokens", "tokens", "text")
+    keep = ("seek", "segment_frames", "attempt", "temperature", "initial_tokens", "n_steps", "batch")
+    keep += ("member_tokens", "tokens", "text")
     return [{k: call[k] for k in keep if k in call} for call in record.extra.get("decode_calls", [])]
 
 
@@ -463,9 +469,11 @@ class ParitySession:
         if check == "writers":
             from harness.writers_gate import check_writers
 
+            # One key order for both: the writers are judged on the same result (the golden's
+            # JSON keeps its keys sorted, a transcript dict keeps insertion order).
             return check_writers(
-                golden.extra.get("transcript"),
-                free.extra.get("transcript"),
+                _sorted_keys(golden.extra.get("transcript")),
+                _sorted_keys(free.extra.get("transcript")),
                 str(REPO_ROOT / scenario.audio),
                 dict(scenario.writer_options),
             )
