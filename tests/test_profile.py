@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,76 @@ def test_scenario_hash_changes_with_what_is_computed(isolated: Path) -> None:
     after = load_profile(path)
     assert before.scenario_hash(before.scenarios[0]) != after.scenario_hash(after.scenarios[0])
     assert before.scenario_hash(before.scenarios[1]) == after.scenario_hash(after.scenarios[1])
+
+
+SPEECH_PROFILE = """\
+name: tiny
+implementation: whisper
+tier: L1
+oracle: mlx-whisper
+artifact:
+  source: hub
+  repo: example-org/tiny-whisper
+  revision: 0123456789abcdef0123456789abcdef01234567
+scenarios:
+  - id: fox
+    audio: fixtures/audio/fox.wav
+{extra}
+"""
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        # PyTorch's floats are not MLX's bits: logits gates against openai-whisper are refused.
+        (
+            "    oracle: openai-whisper\n    checks: [decode_tokens, decode_logits]",
+            "compare MLX bits, which openai-whisper (PyTorch) does not compute",
+        ),
+        # An L2 budget without a recorded origin is refused.
+        (
+            "    composition: {kind: whisper-fast, budget: {max_differing_tokens: 2}}\n    checks: [token_budget]",
+            "budget.origin: expected the recorded origin",
+        ),
+        ("    composition: {kind: whisper-fast}\n    checks: [token_budget]", "budget: expected"),
+        ("    checks: [token_budget]", "token_budget judges an in-tree composition"),
+        (
+            "    composition: {kind: mixed_kv}\n    checks: [transcript]",
+            "whisper cannot be judged by 'mlx-optiq'",
+        ),
+        (
+            "    writer_options: {max_line_width: 10}\n    checks: [transcript]",
+            "writer_options: only meaningful with the writers check",
+        ),
+    ],
+)
+def test_speech_scenarios_refuse_gates_that_cannot_hold(isolated: Path, extra: str, message: str) -> None:
+    path = write_profile(isolated, text=SPEECH_PROFILE.format(extra=extra))
+    with pytest.raises(ProfileError, match=re.escape(message)):
+        load_profile(path)
+
+
+def test_foreign_oracle_and_fast_path_scenarios_load(isolated: Path) -> None:
+    extra = "    oracle: openai-whisper\n    checks: [decode_tokens, transcript_text]"
+    profile = load_profile(write_profile(isolated, text=SPEECH_PROFILE.format(extra=extra)))
+    assert profile.oracle_of(profile.scenarios[0]) == "openai-whisper" and profile.tier_of(profile.scenarios[0]) == "L1"
+    extra = (
+        "    composition:\n      kind: whisper-fast\n      budget: {max_differing_tokens: 0, origin: calibrated}\n"
+        "    checks: [mel, token_budget]"
+    )
+    profile = load_profile(write_profile(isolated, text=SPEECH_PROFILE.format(extra=extra)))
+    fast = profile.scenarios[0]
+    # Judged at L2 against the plain oracle's reference path, which never sees the composition.
+    assert profile.tier_of(fast) == "L2" and profile.oracle_of(fast) == "mlx-whisper"
+    assert profile.intree_composition(fast) and profile.scenario_spec(fast)["composition"]["kind"] == "whisper-fast"
+
+
+def test_compiled_decode_is_for_plain_and_chat_scenarios(isolated: Path) -> None:
+    text = VALID_PROFILE.format(name="tiny").replace(
+        '    prompt: "Hello"\n', '    prompt: "Hello"\n    checks: [compiled_decode]\n'
+    )
+    profile = load_profile(write_profile(isolated, text=text))
+    assert profile.checks(profile.scenarios[0]) == ["compiled_decode"]
+    turns = "  - id: two\n    turns:\n      - [{role: user, content: a}]\n      - [{role: user, content: b}]\n"
+    with pytest.raises(ProfileError, match="compiled_decode runs plain and chat scenarios only"):
+        load_profile(write_profile(isolated, text=text + turns + "    checks: [compiled_decode]\n"))
