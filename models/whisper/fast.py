@@ -52,9 +52,8 @@ from models.whisper.decoding import (
 )
 from models.whisper.fast_filters import FastFilters, FilterState
 from models.whisper.model import MultiHeadAttention, Whisper
-from models.whisper.run import _THRESHOLD_DEFAULTS, SEGMENT_FIELDS, TranscriptionRecorder, forced_calls_from_record
-from models.whisper.tokenizer import load_encoding
-from models.whisper.transcribe import DEFAULT_TEMPERATURES, transcribe
+from models.whisper.run import TranscriptionRecorder, transcribe_record
+from models.whisper.transcribe import transcribe
 
 __all__ = ["FastWhisper", "as_fast", "fast_decode", "fast_transcribe_record", "transcribe_fast"]
 
@@ -465,47 +464,9 @@ def fast_transcribe_record(
     `fast_filters` (the call's filters, `FastFilters.to_dict`) and `fast_picks` (per kept
     step, per batch member, the fast path's own pick: under teacher forcing what it would
     have appended) where the fast path decoded (absent where it delegated)."""
-    fast = as_fast(model)
-    options = dict(options)
-    seed = options.pop("seed", None)
-    if isinstance(options.get("temperature"), list):
-        options["temperature"] = tuple(options["temperature"])
-    temperature = options.get("temperature", DEFAULT_TEMPERATURES)
-    ladder_length = 1 if isinstance(temperature, int | float) else len(temperature)
-    thresholds = {name: options.get(name, default) for name, default in _THRESHOLD_DEFAULTS.items()}
-    encoding = load_encoding(model_dir, fast.num_languages, fast.dims.n_vocab)
-    recorder = _FastRecorder(thresholds, ladder_length, encoding.eot_token)
-    if seed is not None:
-        mx.random.seed(seed)
-    result = transcribe(
-        fast,
-        str(audio_path),
-        encoding,
-        observer=recorder,
-        sampler=TemperatureSampler(),
-        forced_calls=forced_calls_from_record(forced) if forced is not None else None,
-        decode_fn=fast_decode,
-        **options,
+    return transcribe_record(
+        as_fast(model), model_dir, audio_path, options, forced, decode_fn=fast_decode, recorder_class=_FastRecorder
     )
-    dims = fast.dims
-    encoder = (
-        np.stack(recorder.encoder)
-        if recorder.encoder
-        else np.zeros((0, dims.n_audio_ctx, dims.n_audio_state), np.float32)
-    )
-    return {
-        "mel": recorder.mel,
-        "encoder": encoder,
-        "logits": recorder.stacked_logits(dims.n_vocab),
-        "tokens": recorder.tokens,
-        "eos_ids": [encoding.eot_token],
-        "decode_calls": recorder.decode_calls,
-        "transcript": {
-            "text": result["text"],
-            "language": result["language"],
-            "segments": [{key: seg[key] for key in SEGMENT_FIELDS if key in seg} for seg in result["segments"]],
-        },
-    }
 
 
 class _FastRecorder(TranscriptionRecorder):

@@ -33,13 +33,14 @@ temperatures, tokens and fallback decisions (teacher forcing).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
 import numpy as np
 
-from models.whisper.decoding import DecodingResult, TemperatureSampler
+from models.whisper.decoding import DecodingResult, TemperatureSampler, decode
 from models.whisper.tokenizer import load_encoding
 from models.whisper.transcribe import DEFAULT_TEMPERATURES, ForcedCall, TranscribeObserver, should_skip, transcribe
 
@@ -180,8 +181,14 @@ def transcribe_record(
     audio_path: str | Path,
     options: dict[str, Any],
     forced: list[dict[str, Any]] | None = None,
+    *,
+    decode_fn: Callable[..., Any] = decode,
+    recorder_class: type[TranscriptionRecorder] | None = None,
 ) -> dict[str, Any]:
-    """Transcribe `audio_path` with `model` (loaded from `model_dir`) and record every stage."""
+    """Transcribe `audio_path` with `model` (loaded from `model_dir`) and record every stage.
+
+    `decode_fn` runs each decode call (the fast path passes its own, with its model and a
+    recorder class that also keeps what it decided)."""
     options = dict(options)
     seed = options.pop("seed", None)
     if isinstance(options.get("temperature"), list):
@@ -190,7 +197,7 @@ def transcribe_record(
     ladder_length = 1 if isinstance(temperature, int | float) else len(temperature)
     thresholds = {name: options.get(name, default) for name, default in _THRESHOLD_DEFAULTS.items()}
     encoding = load_encoding(model_dir, model.num_languages, model.dims.n_vocab)
-    recorder = TranscriptionRecorder(thresholds, ladder_length, encoding.eot_token)
+    recorder = (recorder_class or TranscriptionRecorder)(thresholds, ladder_length, encoding.eot_token)
     forced_calls = forced_calls_from_record(forced) if forced is not None else None
 
     if seed is not None:
@@ -202,6 +209,7 @@ def transcribe_record(
         observer=recorder,
         sampler=TemperatureSampler(),
         forced_calls=forced_calls,
+        decode_fn=decode_fn,
         **options,
     )
 
