@@ -37,7 +37,16 @@ REQUIRED_SCENARIOS = {
         "cache-reuse",
         "batch-two-rows",
     },
-    "whisper-tiny-en": {"fox-greedy", "weather-ladder", "long-two-windows", "silence"},
+    "whisper-tiny-en": {
+        "fox-greedy",
+        "weather-ladder",
+        "long-two-windows",
+        "silence",
+        "fox-words",  # word timestamps + writers
+        "fox-beam5",  # beam search vs openai-whisper
+        "message-beam5-patience",
+        "fox-fast",  # the fast path, L2
+    },
     "whisper-large-v3-turbo-mini": {"fox-detect-language", "fox-english-ladder"},
     "minicpm5-2b-mini-bf16": {"chat-bf16", "l2-fused-sdpa"},
 }
