@@ -41,6 +41,23 @@ def _patched(patches):
             setattr(owner, name, value)
 
 
+def _fp16_model_dir(model_dir: str, out: Path) -> str:
+    """The same weights cast to float16 (mlx-whisper's loader keeps the stored dtype, and its
+    fp16 path needs float16 weights)."""
+    import shutil
+
+    import mlx.core as mx
+
+    target = out / "fp16-model"
+    if not target.exists():
+        target.mkdir(parents=True)
+        shutil.copy(Path(model_dir) / "config.json", target / "config.json")
+        weights = mx.load(str(Path(model_dir) / "weights.safetensors"))
+        cast = {k: v.astype(mx.float16) if mx.issubdtype(v.dtype, mx.floating) else v for k, v in weights.items()}
+        mx.save_safetensors(str(target / "weights.safetensors"), cast)
+    return str(target)
+
+
 def transcribe_once(model_dir: str, audio: str, options: dict, variant: str | None):
     """One transcription; returns (decode calls, logits rows of member 0, transcript)."""
     import mlx.core as mx
@@ -139,9 +156,8 @@ def main() -> None:
         runs = {}
         for variant in [None, *spec["variants"]]:
             name = variant or "reference"
-            calls, rows, transcript = transcribe_once(
-                spec["model_dir"], clip["audio"], spec.get("options", {}), variant
-            )
+            model_dir = _fp16_model_dir(spec["model_dir"], args.out) if variant == "fp16" else spec["model_dir"]
+            calls, rows, transcript = transcribe_once(model_dir, clip["audio"], spec.get("options", {}), variant)
             np.save(args.out / f"{clip['id']}.{name}.npy", rows, allow_pickle=False)
             runs[name] = {"decode_calls": calls, "transcript": transcript}
             print(f"calibrate: {clip['id']} {name}: {transcript['text']!r}", file=sys.stderr, flush=True)
