@@ -391,7 +391,11 @@ class Profile:
                 "audio_sha256": _file_sha256(REPO_ROOT / s.audio) if s.audio else None,
                 "options": self.defaults.options | s.options,
                 "seed": s.seed if s.seed is not None else 0,
-            } | ({"composition": s.composition} if s.composition is not None else {})
+            } | (  # the budget judges the result, it does not change what is computed: not hashed
+                {"composition": {k: v for k, v in s.composition.items() if k != "budget"}}
+                if s.composition is not None
+                else {}
+            )
         spec = {
             "id": s.id,
             "kind": s.kind,

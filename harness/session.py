@@ -378,9 +378,8 @@ class ParitySession:
             free = self._run(profile, spec, None)
             # Teacher forcing only where a check judges it (beam search has no forced path).
             wants_forced = any(
-                CHECKS[c][0] == "teacher_forced" or c == "token_budget"
+                c == "token_budget" or (c in CHECKS and CHECKS[c][0] == "teacher_forced")
                 for c in profile.checks(scenario)
-                if c in CHECKS or c in SESSION_CHECKS
             )
             forced = self._run(profile, spec, golden) if wants_forced else None
             # Fed the same tokens, two runs must agree bit for bit. When the free run followed the
