@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the lent GPU machine, after .gpu/install.sh (docs/gpu.md): the compiled-decode figures and
 # gates, and the Whisper fast path's speed-up. Results (logs, JSON) under $OUT.
-# Usage: bash tools/gpu-issue8.sh compiled|parity|whisper
+# Usage: bash tools/gpu-issue8.sh compiled|parity|whisper|overhead
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD
 export MLX_PARITY_ORACLE_PYTHON=$(command -v python3) MLX_PARITY_ORACLE_PYTHONPATH=/tmp/site
@@ -25,5 +25,8 @@ case "${1:-}" in
     timeout 500 python3 -m harness.bench_whisper --model whisper-large-v3-turbo-fp16 --repeats 3 \
       --paths faithful,fast,mlx-whisper --clips fox.wav,long.wav --out "$OUT/bench-whisper-fast.json" \
       > "$OUT/bench-whisper-fast.log" 2>&1; tail -20 "$OUT/bench-whisper-fast.log" ;;
-  *) echo "usage: $0 compiled|parity|whisper"; exit 2 ;;
+  overhead)
+    timeout 500 python3 -m harness.bench --model minicpm5-2b --per-step > "$OUT/bench-per-step.log" 2>&1
+    tail -14 "$OUT/bench-per-step.log" ;;
+  *) echo "usage: $0 compiled|parity|whisper|overhead"; exit 2 ;;
 esac
