@@ -115,9 +115,12 @@ class CompactLogits:
             raise RecordError(f"{where}: compact logits: row_sha256 entries must be 64 hex digits")
         return out
 
-    def mismatches(self, actual: np.ndarray, rows: Sequence[int]) -> list[int]:
-        """The rows among `rows` whose raw bits do not hash to the golden's."""
-        return [r for r in rows if r >= len(actual) or row_sha256(actual[r]) != self.row_sha256[r]]
+    def mismatches(self, actual: np.ndarray, rows: Sequence[int], hashes: Sequence[str] | None = None) -> list[int]:
+        """The rows among `rows` whose raw bits do not hash to the golden's (`hashes`: the
+        actual rows' digests when already computed)."""
+        if hashes is None:
+            return [r for r in rows if r >= len(actual) or row_sha256(actual[r]) != self.row_sha256[r]]
+        return [r for r in rows if r >= len(hashes) or hashes[r] != self.row_sha256[r]]
 
 
 @dataclass
@@ -135,6 +138,14 @@ class ScenarioRecord:
     # `array_digests` the sha256 (array_sha256) of named tensors whose blobs are not at hand.
     compact: CompactLogits | None = None
     array_digests: dict[str, str] = field(default_factory=dict)
+    _row_hashes: tuple[int, list[str]] | None = field(default=None, repr=False, compare=False)
+
+    def row_hashes(self) -> list[str]:
+        """sha256 of every logits row's raw bits, computed once per logits array (every
+        logits gate against a compact golden reads them)."""
+        if self._row_hashes is None or self._row_hashes[0] != id(self.logits):
+            self._row_hashes = (id(self.logits), [row_sha256(r) for r in self.logits])
+        return self._row_hashes[1]
 
     @property
     def is_compact(self) -> bool:

@@ -520,7 +520,7 @@ def decide_by_digest(check: str, golden: ScenarioRecord, actual: ScenarioRecord)
         rows = list(_GATE_ROWS[check](golden))
         if actual.logits.ndim != 2 or actual.logits.shape[1:] != (golden.compact.vocab,):
             return None
-        if golden.compact.mismatches(actual.logits, rows) or actual.tokens != golden.tokens:
+        if golden.compact.mismatches(actual.logits, rows, actual.row_hashes()) or actual.tokens != golden.tokens:
             return None
         histogram = {b: (len(rows) * golden.compact.vocab if b == "0" else 0) for b in ULP_BUCKETS}
         return CheckResult(
