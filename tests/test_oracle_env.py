@@ -11,7 +11,7 @@ import pytest
 from harness.errors import OracleVersionError
 from harness.paths import oracles_dir
 from harness.runners import OracleRunner
-from harness.venvs import OracleEnv, check_same_mlx, pins_hash
+from harness.venvs import MLX_FREE_ORACLES, OracleEnv, check_same_mlx, pins_hash
 from tests.conftest import write_profile
 from tests.fakes import fake_session
 
@@ -55,6 +55,10 @@ def test_pins_change_the_venv_key() -> None:
     assert pins_hash(pins) != pins_hash(pins.replace("mlx-lm==0.32.2", "mlx-lm==0.32.1"))
 
 
+# Oracles that compute with PyTorch (judged on tokens, or within a declared tolerance).
+TORCH_ORACLES = (*MLX_FREE_ORACLES, "silero-vad")
+
+
 def test_oracle_and_project_pin_the_same_mlx() -> None:
     def mlx_pins(path: Path) -> list[str]:
         return sorted(
@@ -64,7 +68,10 @@ def test_oracle_and_project_pin_the_same_mlx() -> None:
     project = mlx_pins(oracles_dir().parent / "requirements.txt")
     assert project and all("0.32.4" in line for line in project)
     for pins in oracles_dir().glob("*/requirements.txt"):
-        assert mlx_pins(pins) == project, pins
+        if pins.parent.name in TORCH_ORACLES:
+            assert mlx_pins(pins) == [], pins  # PyTorch oracles: no mlx in their venv at all
+        else:
+            assert mlx_pins(pins) == project, pins
 
 
 def test_generator_imports_only_its_venv() -> None:
