@@ -318,7 +318,7 @@ def judge(mutant: Mutant) -> dict[str, Any]:
     started = time.perf_counter()
     failed: dict[str, str] = {}
     with mutant.patch() if mutant.patch else contextlib.nullcontext():
-        golden = session.golden(profile, scenario).record
+        golden = session.full_golden(profile, scenario)  # the check functions read full vectors
         spec = runnable_spec(profile.scenario_spec(scenario) | mutant.spec_edits)
         runner = session.runner(profile)
         records = {
