@@ -318,8 +318,8 @@ class GoldenStore:
         manifest = golden.manifest
         rows = max(1, len(golden.record.tokens))
         before = int(manifest["blobs"]["logits"]["bytes"])
-        keep = {k: v for k, v in manifest.items() if k not in ("format", "record", "blobs", "provenance")}
-        keep = {k: v for k, v in keep.items() if k not in ("profile", "scenario", "device_key", "generated_at")}
+        rewritten = ("format", "record", "blobs", "provenance", "profile", "scenario", "device_key", "generated_at")
+        keep = {k: v for k, v in manifest.items() if k not in rewritten}
         keep["compacted_from"] = {"format": FULL_GOLDEN_FORMAT, "logits_blob": manifest["blobs"]["logits"]["sha256"]}
         generated_at = manifest.get("generated_at")
         new = self._write_compact(profile, scenario_id, golden.record, manifest["provenance"], keep, top_k, full_steps)

@@ -19,9 +19,9 @@ spec: {"model_dir": ..., "clips": [{"id", "audio"}], "options": {...}, "variants
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import importlib.metadata
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -29,16 +29,15 @@ from pathlib import Path
 VARIANTS = ("no-compile", "batch2", "fp16")
 
 
-@contextlib.contextmanager
-def _patched(patches):
-    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
-    try:
-        for owner, name, value in patches:
-            setattr(owner, name, value)
-        yield
-    finally:
-        for owner, name, value in reversed(saved):
-            setattr(owner, name, value)
+def _load_generator():
+    """The generator beside this script (stdlib-only at import): its run-time patching is reused."""
+    spec = importlib.util.spec_from_file_location("mlx_whisper_generator", Path(__file__).with_name("generate.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_patched = _load_generator()._patched
 
 
 def _fp16_model_dir(model_dir: str, out: Path) -> str:
