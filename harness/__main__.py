@@ -53,12 +53,12 @@ def _compact(args: argparse.Namespace) -> int:
     from harness.session import ParitySession
 
     session = ParitySession()
-    store = session.store
     total_before = total_after = 0
     for name in args.model or list(available_profiles()):
         profile = session.profile(name)
         top_k, full_steps = profile.golden.compact or (8, 2)
         for scenario in profile.scenarios:
+            store = session.store(profile.oracle_of(scenario))
             if store.read_manifest(profile.name, scenario.id) is None:
                 continue
             out = store.compact_existing(profile.name, scenario.id, top_k, full_steps)

@@ -21,6 +21,7 @@ import yaml
 
 from harness.errors import ProfileError, UnknownModelError
 from harness.paths import REPO_ROOT, profiles_dir
+from harness.venvs import MLX_FREE_ORACLES
 
 LlmCheck = Literal[
     "prompt_identity",
@@ -66,7 +67,7 @@ SPEECH_CHECKS: tuple[str, ...] = (
 )
 # An oracle computing in another framework (PyTorch): its logits are not MLX's bits, so only
 # what is decided from them (tokens, text, timestamps, writers' bytes) can be judged.
-FOREIGN_ORACLES = ("openai-whisper",)
+FOREIGN_ORACLES = MLX_FREE_ORACLES
 TOKEN_LEVEL_CHECKS = ("decode_tokens", "transcript_text", "writers")
 # Compositions an implementation runs in-tree only: judged at L2 against the plain oracle's
 # reference path, within a budget whose every counted difference is explained.

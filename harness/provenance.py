@@ -1,18 +1,34 @@
-"""The machine facts that bit-exactness depends on: backend, device, BLAS, mlx version.
+"""The machine facts that bit-exactness depends on, and the one keying rule for goldens.
 
-Two runs agree bit for bit only on the same backend, device model, BLAS library and mlx
-build, so all of these go into the device key that names a golden's folder, and into its
-provenance.
+A golden's folder is named by its *golden key*: exactly the facts that change the oracle's
+bits, no more (docs/goldens.md, "Keys"). The rule is per oracle family:
+
+- **mlx** (mlx-lm, mlx-optiq, mlx-whisper): on the CPU the backend, architecture, the BLAS
+  MLX has loaded and the mlx version; on CUDA the GPU's name and mlx; on Metal the GPU
+  architecture string, the macOS major.minor and mlx. The processor model is not in it:
+  every MLX oracle gave bit-identical goldens on an Intel Xeon (AVX-512), an AMD EPYC family
+  25 and an AMD EPYC family 23 (issue 21, docs/goldens.md).
+- **torch** (openai-whisper, silero-vad): the CPU's vendor, torch's CPU capability
+  (`torch.backends.cpu.get_cpu_capability()`, honouring `ATEN_CPU_CAPABILITY`), the torch
+  version and the architecture: the Silero probabilities differ between an Intel and an AMD
+  host even with the capability forced equal.
+
+What was measured but does not key (the processor model, the OS release) is written beside
+the golden as `recorded_on`, for the failure message, never compared.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.metadata
+import json
 import platform
 import re
 import subprocess
 from dataclasses import asdict, dataclass
+
+from harness.errors import OracleError
+from harness.venvs import OracleEnv, ensure_oracle_env, oracle_family
 
 # Name patterns of BLAS libraries, most specific first: the first one loaded wins.
 _BLAS_PATTERNS = (
@@ -22,51 +38,185 @@ _BLAS_PATTERNS = (
     ("accelerate", re.compile(r"Accelerate\.framework|libBLAS\.dylib")),
     ("refblas", re.compile(r"libblas[-.]")),
 )
+# /proc/cpuinfo "CPU implementer" codes (aarch64 Linux has no "model name").
+_ARM_IMPLEMENTERS = {
+    "0x41": "arm",
+    "0x42": "broadcom",
+    "0x43": "cavium",
+    "0x46": "fujitsu",
+    "0x48": "hisilicon",
+    "0x4e": "nvidia",
+    "0x50": "apm",
+    "0x51": "qualcomm",
+    "0x61": "apple",
+    "0xc0": "ampere",
+}
+# Key parts whose value is a bare version: the folder name says whose.
+_LABELLED_PARTS = ("mlx", "torch")
+_X86_VENDORS = {"GenuineIntel": "intel", "AuthenticAMD": "amd", "HygonGenuine": "hygon"}
 
 
 @dataclass(frozen=True)
 class DeviceFacts:
+    """What this process runs MLX on, measured once."""
+
     backend: str  # "cpu" | "gpu"
     arch: str
     os: str
-    processor: str  # CPU model, or GPU name on a GPU backend
+    processor: str  # the CPU model (provenance only: it does not key goldens)
+    vendor: str  # the CPU's vendor: intel, amd, apple, arm, ...
     blas: str
     mlx: str
+    gpu: str = ""  # CUDA: the device name; Metal: the GPU architecture string
+    os_version: str = ""  # macOS major.minor (Metal kernels ship with the OS); else the kernel release
 
     @property
     def key(self) -> str:
-        """Folder-safe key: every fact that can change bits, readable by a person."""
-        parts = [self.backend, self.arch, self.processor, self.blas, f"mlx{self.mlx}"]
-        return "-".join(_slug(p) for p in parts)
+        """The MLX family's golden key on this machine (the project's own computations)."""
+        return mlx_key(self).name
 
     def as_dict(self) -> dict[str, str]:
         return asdict(self) | {"key": self.key}
+
+    def recorded_on(self) -> dict[str, str]:
+        """Facts kept beside a golden that do not key it: shown when a gate fails."""
+        return {"processor": self.processor, "vendor": self.vendor, "os": self.os, "os_version": self.os_version}
+
+
+@dataclass(frozen=True)
+class GoldenKey:
+    """A golden folder's name and the facts it is made of (in the golden's provenance)."""
+
+    family: str
+    parts: tuple[tuple[str, str], ...]
+
+    @property
+    def name(self) -> str:
+        return "-".join(_slug(f"{k}{v}" if k in _LABELLED_PARTS else v) for k, v in self.parts)
+
+    def as_dict(self) -> dict[str, str]:
+        return {"family": self.family, **dict(self.parts), "key": self.name}
+
+    def describe(self) -> str:
+        return ", ".join(f"{k} {v}" for k, v in self.parts)
+
+
+@dataclass(frozen=True)
+class TorchFacts:
+    """Asked of a torch oracle's own interpreter."""
+
+    version: str
+    capability: str
+
+
+def mlx_key(facts: DeviceFacts) -> GoldenKey:
+    if facts.backend == "gpu" and facts.os == "darwin":  # Metal
+        parts = [("backend", "metal"), ("gpu", facts.gpu), ("macos", facts.os_version), ("mlx", facts.mlx)]
+    elif facts.backend == "gpu":  # CUDA
+        parts = [("backend", "gpu"), ("arch", facts.arch), ("gpu", facts.gpu), ("mlx", facts.mlx)]
+    else:
+        parts = [("backend", "cpu"), ("arch", facts.arch), ("blas", facts.blas), ("mlx", facts.mlx)]
+    return GoldenKey("mlx", tuple(parts))
+
+
+def torch_key(facts: DeviceFacts, torch: TorchFacts) -> GoldenKey:
+    """PyTorch oracles compute on the CPU whatever MLX's backend is."""
+    parts = [
+        ("backend", "cpu"),
+        ("arch", facts.arch),
+        ("vendor", facts.vendor),
+        ("capability", torch.capability),
+        ("torch", torch.version),
+    ]
+    return GoldenKey("torch", tuple(parts))
+
+
+_TORCH_SNIPPET = (
+    "import json, torch\n"
+    "print(json.dumps({'version': torch.__version__, 'capability': torch.backends.cpu.get_cpu_capability()}))\n"
+)
+
+
+@functools.cache
+def torch_facts(env: OracleEnv) -> TorchFacts:
+    """The torch version and CPU capability of an oracle venv, in the environment its generator
+    runs in (so `ATEN_CPU_CAPABILITY` counts as it does for the goldens)."""
+    cmd, run_env = env.command("-c", _TORCH_SNIPPET)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=run_env, check=False)
+    if out.returncode != 0:
+        raise OracleError(
+            f"oracle venv {env.root}: cannot ask torch for its CPU capability: {out.stderr.strip()[-500:]}"
+        )
+    return TorchFacts(**json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def golden_key(oracle: str) -> GoldenKey:
+    """The key of the goldens `oracle` makes on this machine: the one keying rule."""
+    family = oracle_family(oracle)
+    if family == "mlx":
+        return mlx_key(device_facts())
+    return torch_key(device_facts(), torch_facts(ensure_oracle_env(oracle)))
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-") or "unknown"
 
 
-def cpu_model() -> str:
-    """The CPU's model name plus family/model numbers (one 'AMD EPYC' name covers many chips)."""
-    system = platform.system()
-    if system == "Darwin":
-        out = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, check=False)
-        return out.stdout.strip() or platform.machine()
+def _first_cpuinfo_block() -> dict[str, str]:
     info: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if not line.strip():
-                    break  # the first processor's block is enough
+                    if info:
+                        break  # the first processor's block is enough
+                    continue
                 key, _, value = line.partition(":")
                 info[key.strip()] = value.strip()
     except OSError:
-        return platform.processor() or platform.machine()
-    name = info.get("model name", platform.processor() or "cpu")
+        pass
+    return info
+
+
+def _sysctl(name: str) -> str:
+    out = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, check=False)
+    return out.stdout.strip()
+
+
+def cpu_model() -> str:
+    """The CPU's model name plus family/model numbers (one 'AMD EPYC' name covers many chips)."""
+    if platform.system() == "Darwin":
+        return _sysctl("machdep.cpu.brand_string") or platform.machine()
+    info = _first_cpuinfo_block()
+    name = info.get("model name")
+    if name is None and "CPU implementer" in info:  # aarch64 Linux
+        part, variant, rev = (info.get(k, "?") for k in ("CPU part", "CPU variant", "CPU revision"))
+        name = f"{cpu_vendor(info)} part {part} r{variant}p{rev}"
+    name = name or platform.processor() or platform.machine()
     if "cpu family" in info and "model" in info:
         name += f" f{info['cpu family']}m{info['model']}"
     return name
+
+
+def cpu_vendor(info: dict[str, str] | None = None) -> str:
+    if platform.system() == "Darwin":
+        if platform.machine() == "arm64":
+            return "apple"
+        vendor = _sysctl("machdep.cpu.vendor")
+        return _X86_VENDORS.get(vendor, _slug(vendor))
+    info = _first_cpuinfo_block() if info is None else info
+    if "vendor_id" in info:
+        return _X86_VENDORS.get(info["vendor_id"], _slug(info["vendor_id"]))
+    if "CPU implementer" in info:
+        code = info["CPU implementer"].lower()
+        return _ARM_IMPLEMENTERS.get(code, f"implementer-{code}")
+    return _slug(platform.processor() or "unknown")
+
+
+def os_version() -> str:
+    if platform.system() == "Darwin":
+        return ".".join(platform.mac_ver()[0].split(".")[:2])
+    return platform.release()
 
 
 def loaded_blas() -> str:
@@ -100,17 +250,23 @@ def device_facts() -> DeviceFacts:
 
     device = mx.default_device()
     backend = "gpu" if device.type == mx.gpu else "cpu"
-    processor = cpu_model()
+    gpu = ""
     if backend == "gpu":
         info = mx.device_info() if hasattr(mx, "device_info") else {}
-        processor = str(info.get("device_name") or info.get("architecture") or "gpu")
+        if platform.system() == "Darwin":  # Metal: the architecture string, e.g. applegpu_g15s
+            gpu = str(info.get("architecture") or info.get("device_name") or "metal")
+        else:
+            gpu = str(info.get("device_name") or info.get("architecture") or "gpu")
     return DeviceFacts(
         backend=backend,
         arch=platform.machine(),
         os=platform.system().lower(),
-        processor=processor,
+        processor=cpu_model(),
+        vendor=cpu_vendor(),
         blas=loaded_blas(),
         mlx=importlib.metadata.version("mlx"),
+        gpu=gpu,
+        os_version=os_version(),
     )
 
 

@@ -41,7 +41,7 @@ from harness.localize import (
 from harness.paths import REPO_ROOT, cache_root, goldens_dir, oracles_dir
 from harness.profile import FOREIGN_ORACLES, Profile, Scenario, find_profile
 from harness.progress import progress
-from harness.provenance import device_facts
+from harness.provenance import device_facts, golden_key
 from harness.records import ScenarioRecord, array_sha256
 from harness.runners import InTreeRunner, ModelHook, OracleRunner, WhisperRunner
 from harness.store import Golden, GoldenStatus, GoldenStore
@@ -218,9 +218,9 @@ class ParitySession:
     # Per profile, the scenarios a pytest run selected (absent: all): only their goldens are made.
     selected_scenarios: dict[str, set[str]] = field(default_factory=dict)
 
-    @property
-    def store(self) -> GoldenStore:
-        return GoldenStore(goldens_dir(), cache_root() / "blobs", device_facts().key)
+    def store(self, oracle: str) -> GoldenStore:
+        """Where `oracle`'s goldens for this machine live: its family's golden key names the folder."""
+        return GoldenStore(goldens_dir(), cache_root() / "blobs", golden_key(oracle).name)
 
     def profile(self, name: str) -> Profile:
         if name not in self._profiles:
@@ -249,7 +249,7 @@ class ParitySession:
             "harness_version": HARNESS_VERSION,
             "tier": profile.tier_of(scenario),
             "oracle": oracle_facts,
-            "device": device_facts().as_dict(),
+            "device": golden_key(oracle).as_dict(),
             "artifact": self.artifact(profile).provenance(),
             "scenario_hash": profile.scenario_hash(scenario),
         }
@@ -269,13 +269,13 @@ class ParitySession:
             raise
 
     def _load_goldens(self, profile: Profile, regenerate: bool) -> dict[str, Golden]:
-        store = self.store
-        lock = store.lock_path(profile.name)
+        lock = cache_root() / "locks" / f"goldens-{profile.name}.lock"
         lock.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(lock)):  # xdist workers: one generates, the others wait and read
             todo: list[Scenario] = []
             expected_blobs: dict[str, dict[str, Any]] = {}
             for scenario in self._scenarios_in_scope(profile):
+                store = self.store(profile.oracle_of(scenario))
                 status = store.status(profile.name, scenario.id, self.provenance(profile, scenario))
                 if regenerate or status is GoldenStatus.ABSENT:
                     todo.append(scenario)
@@ -288,7 +288,7 @@ class ParitySession:
             for oracle in sorted({profile.oracle_of(s) for s in todo}):  # one generator run per oracle
                 self._generate(profile, [s for s in todo if profile.oracle_of(s) == oracle], expected_blobs)
             goldens = {
-                s.id: store.load(profile.name, s.id)
+                s.id: self.store(profile.oracle_of(s)).load(profile.name, s.id)
                 for s in self._scenarios_in_scope(profile)
                 if (profile.name, s.id) not in self._scenario_errors
             }
@@ -322,7 +322,7 @@ class ParitySession:
             if scenario.id in errors:
                 self._scenario_errors[(profile.name, scenario.id)] = OracleError(
                     f"oracle {oracle} cannot run {profile.name}/{scenario.id} on this machine "
-                    f"({device_facts().key}): {errors[scenario.id]}; no golden, nothing compared"
+                    f"({golden_key(oracle).name}): {errors[scenario.id]}; no golden, nothing compared"
                 )
                 continue
             record = records[scenario.id]
@@ -333,8 +333,9 @@ class ParitySession:
                 "oracle_environment": environment,
                 "harness_commit": harness_commit(),
                 "scenario_spec": profile.scenario_spec(scenario),
+                "recorded_on": device_facts().recorded_on(),
             }
-            self.store.write(
+            self.store(oracle).write(
                 profile.name,
                 scenario.id,
                 record,
@@ -404,6 +405,33 @@ class ParitySession:
     # -- checks ------------------------------------------------------------------------------
 
     def run_check(self, profile: Profile, scenario: Scenario, check: str) -> CheckResult:
+        result = self._judge(profile, scenario, check)
+        if not result.passed:
+            note = self.recorded_elsewhere(profile, scenario)
+            if note is not None:
+                result.summary += f"; {note}"
+                result.details["golden_recorded_on"] = self.golden(profile, scenario).manifest.get("recorded_on")
+        return result
+
+    def recorded_elsewhere(self, profile: Profile, scenario: Scenario) -> str | None:
+        """Says so when the golden was made on another processor (or macOS version) than this
+        machine: same key, so the bits should agree, but the user should know where it came from."""
+        recorded = self.golden(profile, scenario).manifest.get("recorded_on")
+        here = device_facts().recorded_on()
+        fields = ("processor", "os_version") if here["os"] == "darwin" else ("processor",)
+        if isinstance(recorded, dict) and all(recorded.get(f) == here[f] for f in fields):
+            return None
+        where = (
+            ", ".join(f"{recorded.get(f)!r}" for f in fields) if isinstance(recorded, dict) else "an unrecorded machine"
+        )
+        mine = ", ".join(repr(here[f]) for f in fields)
+        return (
+            f"the golden was recorded on {where}, this machine is {mine} (same golden key); if the "
+            f"in-tree implementation is unchanged, regenerate this machine's goldens with "
+            f"`make goldens MODEL={profile.name}` and compare them with the tracked ones"
+        )
+
+    def _judge(self, profile: Profile, scenario: Scenario, check: str) -> CheckResult:
         if check in SESSION_CHECKS:
             return self._session_check(profile, scenario, check)
         if check not in CHECKS:
@@ -434,7 +462,8 @@ class ParitySession:
         if key in self._full_goldens:
             return self._full_goldens[key]
         compact = golden.compact
-        logits = self.store.full_logits(compact)
+        store = self.store(profile.oracle_of(scenario))
+        logits = store.full_logits(compact)
         arrays = dict(golden.arrays)
         if logits is None or set(arrays) != set(golden.array_digests):
             with progress.task(f"{profile.name}/{scenario.id}: regenerating the oracle's full vectors"):
@@ -455,7 +484,7 @@ class ParitySession:
             for name, digest in golden.array_digests.items():
                 if name not in again.arrays or array_sha256(again.arrays[name]) != digest:
                     raise OracleError(f"{where} is not reproducible: regenerated tensor {name!r} hashes differently")
-            self.store.remember_full(compact, again.logits)
+            store.remember_full(compact, again.logits)
             logits, arrays = again.logits, {name: again.arrays[name] for name in golden.array_digests}
         full = dataclasses.replace(golden, logits=logits, arrays=arrays, compact=None, array_digests={})
         full.validate(f"full golden {profile.name}/{scenario.id}")
@@ -574,11 +603,15 @@ def model_provenance(name: str) -> dict[str, Any]:
         return {"error": str(e)}
     goldens = {}
     for scenario in profile.active_scenarios(device_facts().backend):
-        manifest = session.store.read_manifest(profile.name, scenario.id) or {}
+        try:
+            store = session.store(profile.oracle_of(scenario))
+        except HarnessError as e:
+            goldens[scenario.id] = {"error": str(e)}
+            continue
+        manifest = store.read_manifest(profile.name, scenario.id) or {}
+        path = store.manifest_path(profile.name, scenario.id)
         goldens[scenario.id] = {
-            "manifest": str(session.store.manifest_path(profile.name, scenario.id).relative_to(REPO_ROOT))
-            if session.store.manifest_path(profile.name, scenario.id).is_relative_to(REPO_ROOT)
-            else str(session.store.manifest_path(profile.name, scenario.id)),
+            "manifest": str(path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path),
             "tier": profile.tier_of(scenario),
             "oracle": profile.oracle_of(scenario),
             "blobs": {k: v["sha256"] for k, v in manifest.get("blobs", {}).items()},

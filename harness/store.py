@@ -1,7 +1,7 @@
 """The golden store: it only stores, hashes and checks provenance.
 
 Layout (docs/goldens.md):
-- `goldens/<profile>/<device key>/<scenario>.json` — a small tracked manifest: provenance,
+- `goldens/<profile>/<golden key>/<scenario>.json` — a small tracked manifest: provenance,
   the token-level record, and the sha256 of each blob.
 - `<cache>/blobs/<sha[:2]>/<sha>.npy` — content-addressed arrays (full logit vectors), out
   of git. A fresh clone has manifests without blobs: the oracle regenerates them and the
@@ -260,7 +260,9 @@ class GoldenStore:
                     raise GoldenError(
                         f"golden {path} is not reproducible on this machine: blob {name!r} was "
                         f"{ref['sha256']} when recorded, the oracle now gives {got} with the same "
-                        "provenance (same device key, pins, artifact and scenario)"
+                        f"provenance (same golden key {self.device_key}, pins, artifact and scenario); "
+                        f"recorded on {self.read_manifest(profile, scenario_id).get('recorded_on', '<not recorded>')}. "
+                        f"If this machine's bits should stand, regenerate with `make goldens MODEL={profile}`"
                     )
             return self.load(profile, scenario_id)
         manifest = {

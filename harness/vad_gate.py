@@ -14,10 +14,12 @@ Per fixture:
   sample offsets) equal the package's `get_speech_timestamps` output exactly.
 - `streaming`: VADStream fed in uneven pieces gives the batch probabilities bit for bit.
 
-Goldens: `goldens/silero-vad/<fixture stem>.json` (tracked: provenance, segments, the blob's
-sha256) and the probabilities as a content-addressed blob in `<cache>/blobs/` (golden store
-layout). Provenance = package version, wheel and .jit sha256, generator sha256, the oracle's
-torch version, the pins hash, machine, fixture sha256 and the option sets. A stale golden is
+Goldens: `goldens/silero-vad/<golden key>/<fixture stem>.json` (tracked: provenance, segments,
+the blob's sha256) and the probabilities as a content-addressed blob in `<cache>/blobs/`
+(golden store layout). The key is the torch family's (harness/provenance.py: architecture,
+CPU vendor, torch's CPU capability, torch version). Provenance = package version, wheel and
+.jit sha256, generator sha256, the oracle's torch version, the pins hash, the key's facts,
+fixture sha256 and the option sets. A stale golden is
 regenerated (and says so); `--update` regenerates all; a tracked manifest whose blob this
 cache lacks is regenerated and must reproduce the recorded blob's sha256.
 """
@@ -28,7 +30,6 @@ import argparse
 import hashlib
 import io
 import json
-import platform
 import shutil
 import subprocess
 import sys
@@ -48,6 +49,7 @@ from harness.fileio import atomic_write_json
 from harness.paths import REPO_ROOT, cache_root, goldens_dir, profiles_dir
 from harness.profile import ArtifactSpec
 from harness.progress import progress
+from harness.provenance import device_facts, golden_key
 from harness.store import GoldenStore, provenance_differences
 from harness.venvs import OracleEnv, ensure_oracle_env
 
@@ -181,12 +183,13 @@ class OracleResult:
     regenerated: bool = False
 
 
-def _store() -> GoldenStore:
-    return GoldenStore(goldens_dir(), cache_root() / "blobs", "cpu")
+def _store(profile: VadProfile) -> GoldenStore:
+    """The golden store under the oracle's golden key (harness/provenance.py, golden_key)."""
+    return GoldenStore(goldens_dir(), cache_root() / "blobs", golden_key(profile.oracle).name)
 
 
 def manifest_path(profile: VadProfile, fixture: str) -> Path:
-    return goldens_dir() / profile.name / f"{Path(fixture).stem}.json"
+    return _store(profile).manifest_path(profile.name, Path(fixture).stem)
 
 
 def oracle_provenance(profile: VadProfile, env: OracleEnv, versions: dict[str, Any], fixture: str) -> dict[str, Any]:
@@ -197,15 +200,15 @@ def oracle_provenance(profile: VadProfile, env: OracleEnv, versions: dict[str, A
         "model_sha256": profile.artifact.sha256,
         "generator_sha256": sha256_file(env.generator),
         "pins_hash": env.pins_hash,
-        "machine": platform.machine(),
+        "device": golden_key(profile.oracle).as_dict(),
         "fixture": fixture,
         "fixture_sha256": sha256_file(FIXTURES_DIR / fixture),
         "timestamp_options": profile.timestamp_options,
     }
 
 
-def _read_blob(ref: dict[str, Any], path: Path) -> np.ndarray:
-    blob = _store().blob_path(ref["sha256"])
+def _read_blob(profile: VadProfile, ref: dict[str, Any], path: Path) -> np.ndarray:
+    blob = _store(profile).blob_path(ref["sha256"])
     try:
         data = blob.read_bytes()
     except OSError:
@@ -240,19 +243,28 @@ def ensure_goldens(profile: VadProfile, fixtures: list[str], update: bool = Fals
         if diffs:
             progress.say(f"stale golden {path} ({'; '.join(diffs[:3])}): regenerating")
             todo[fixture] = (provenance, None)
-        elif not _store().blob_path(manifest["blobs"]["probs"]["sha256"]).exists():
+        elif not _store(profile).blob_path(manifest["blobs"]["probs"]["sha256"]).exists():
             todo[fixture] = (provenance, manifest["blobs"]["probs"])  # must reproduce the tracked blob
         else:
-            results[fixture] = _result_from_manifest(fixture, manifest, path)
+            results[fixture] = _result_from_manifest(profile, fixture, manifest, path)
     if todo:
         results |= _generate(profile, env, todo)
     return {f: results[f] for f in fixtures}
 
 
-def _result_from_manifest(fixture: str, manifest: dict[str, Any], path: Path, regenerated: bool = False):
+def _recorded_on(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text()).get("recorded_on", "<not recorded>")
+    except (OSError, ValueError):
+        return "<unreadable>"
+
+
+def _result_from_manifest(
+    profile: VadProfile, fixture: str, manifest: dict[str, Any], path: Path, regenerated: bool = False
+):
     return OracleResult(
         fixture=fixture,
-        probs=_read_blob(manifest["blobs"]["probs"], path),
+        probs=_read_blob(profile, manifest["blobs"]["probs"], path),
         segments=manifest["segments"],
         samples_sha256=manifest["samples_sha256"],
         seconds=manifest["seconds"],
@@ -281,13 +293,17 @@ def _generate(
             stem = Path(fixture).stem
             record = json.loads((Path(tmp) / f"{stem}.json").read_text())
             probs = np.load(Path(tmp) / f"{stem}.probs.npy", allow_pickle=False)
-            blob = _store().put_blob(probs)
+            blob = _store(profile).put_blob(probs)
             path = manifest_path(profile, fixture)
             if expect_blob is not None:
                 if blob["sha256"] != expect_blob["sha256"]:
+                    key = golden_key(profile.oracle)
                     raise GoldenError(
                         f"golden {path} is not reproducible here: probabilities blob {expect_blob['sha256']} "
-                        f"when recorded, the oracle now gives {blob['sha256']} with the same provenance"
+                        f"when recorded, the oracle now gives {blob['sha256']} with the same provenance and "
+                        f"golden key {key.name} ({key.describe()}); recorded on "
+                        f"{_recorded_on(path)}, this machine is {device_facts().recorded_on()}. If this "
+                        "machine's bits should stand, regenerate with `make vad ARGS=--update`"
                     )
                 manifest = json.loads(path.read_text())
             else:
@@ -301,10 +317,11 @@ def _generate(
                     "segments": record["segments"],
                     "seconds": record["seconds"],
                     "environment": record["environment"],
+                    "recorded_on": device_facts().recorded_on(),
                     "blobs": {"probs": blob},
                 }
                 atomic_write_json(path, manifest)
-            results[fixture] = _result_from_manifest(fixture, manifest, path, regenerated=True)
+            results[fixture] = _result_from_manifest(profile, fixture, manifest, path, regenerated=True)
     return results
 
 

@@ -26,8 +26,17 @@ from harness.progress import progress
 
 # The distributions whose versions identify an oracle interpreter.
 ORACLE_DISTRIBUTIONS = ("mlx", "mlx-lm", "mlx-whisper", "mlx-optiq", "transformers", "openai-whisper", "torch")
-# Oracles computing in another framework (no mlx in their venv): judged on tokens only.
-MLX_FREE_ORACLES = ("openai-whisper",)
+# Which framework each oracle computes in: it decides what keys its goldens
+# (harness/provenance.py, golden_key) and whether its venv may hold mlx.
+ORACLE_FAMILY = {
+    "mlx-lm": "mlx",
+    "mlx-optiq": "mlx",
+    "mlx-whisper": "mlx",
+    "openai-whisper": "torch",
+    "silero-vad": "torch",
+}
+# Oracles computing in another framework (no mlx in their venv).
+MLX_FREE_ORACLES = tuple(name for name, family in ORACLE_FAMILY.items() if family != "mlx")
 
 _VERSIONS_SNIPPET = (
     "import importlib.metadata as m, json, sys\n"
@@ -76,6 +85,16 @@ class OracleEnv:
         return json.loads(out.stdout)
 
 
+def oracle_family(oracle: str) -> str:
+    try:
+        return ORACLE_FAMILY[oracle]
+    except KeyError:
+        raise OracleError(
+            f"oracle {oracle!r} has no family: name it in ORACLE_FAMILY in harness/venvs.py "
+            f"(one of {sorted(set(ORACLE_FAMILY.values()))}), which decides how its goldens are keyed"
+        ) from None
+
+
 def pins_path(oracle: str) -> Path:
     path = oracles_dir() / oracle / "requirements.txt"
     if not path.is_file():
@@ -98,9 +117,15 @@ def read_pins(oracle: str) -> str:
     return pins
 
 
-def pins_hash(pins: str) -> str:
-    """Hash of what determines the venv: the pins and the interpreter they install into."""
-    basis = f"{pins}\n{sys.version_info[:2]}\n{platform.machine()}\n{sys.platform}"
+def pins_hash(
+    pins: str,
+    python: tuple[int, int] = sys.version_info[:2],
+    machine: str = platform.machine(),
+    system: str = sys.platform,
+) -> str:
+    """Hash of what determines the venv: the pins and the interpreter they install into (by
+    default this one; a golden's own interpreter for a freshness check of tracked goldens)."""
+    basis = f"{pins}\n{tuple(python)}\n{machine}\n{system}"
     return hashlib.sha256(basis.encode()).hexdigest()[:16]
 
 

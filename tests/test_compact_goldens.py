@@ -108,6 +108,25 @@ def test_one_ulp_fails_and_the_full_vectors_are_regenerated_for_the_diagnosis(is
         FakeOracle.counter = None
 
 
+def test_a_failure_against_a_golden_from_another_processor_says_so(isolated: Path) -> None:
+    write_profile(isolated)
+    golden = fake_session(isolated).goldens(fake_session(isolated).profile("tiny"))["plain"]
+    fresh = _session(isolated, _Runner())
+    profile = fresh.profile("tiny")
+    assert fresh.recorded_elsewhere(profile, profile.scenario("plain")) is None  # recorded here
+    manifest = json.loads(golden.manifest_path.read_text())
+    manifest["recorded_on"]["processor"] = "Intel(R) Xeon(R) Platinum 8481C f6m143"
+    golden.manifest_path.write_text(json.dumps(manifest))
+    broken = _session(isolated, _Runner(nudge_row=3))
+    result = broken.run_check(profile, profile.scenario("plain"), "decode_logits")
+    assert not result.passed
+    assert "recorded on 'Intel(R) Xeon(R) Platinum 8481C f6m143'" in result.summary
+    assert "make goldens MODEL=tiny" in result.summary
+    assert result.details["golden_recorded_on"]["processor"].startswith("Intel")
+    passing = _session(isolated, _Runner()).run_check(profile, profile.scenario("plain"), "decode_logits")
+    assert passing.passed and "recorded on" not in passing.summary  # a pass needs no such note
+
+
 def test_a_tampered_row_hash_never_passes(isolated: Path) -> None:
     write_profile(isolated)
     session = fake_session(isolated)

@@ -56,7 +56,7 @@ def test_pins_change_the_venv_key() -> None:
 
 
 # Oracles that compute with PyTorch (judged on tokens, or within a declared tolerance).
-TORCH_ORACLES = (*MLX_FREE_ORACLES, "silero-vad")
+TORCH_ORACLES = MLX_FREE_ORACLES
 
 
 def test_oracle_and_project_pin_the_same_mlx() -> None:

@@ -36,7 +36,7 @@ def test_corrupted_blob_is_an_error_and_nothing_is_rewritten(isolated: Path) -> 
     write_profile(isolated, text=FULL_PROFILE)
     session = fake_session(isolated)
     golden = session.goldens(session.profile("tiny"))["plain"]
-    blob = session.store.blob_path(golden.manifest["blobs"]["logits"]["sha256"])
+    blob = session.store("mlx-lm").blob_path(golden.manifest["blobs"]["logits"]["sha256"])
     blob.write_bytes(blob.read_bytes()[:-4] + b"\x00\x00\x80\x3f")
     before = _manifests(isolated)
     with pytest.raises(GoldenError, match=r"corrupted golden blob .* sha256 .* expects"):
@@ -51,7 +51,8 @@ def test_stale_golden_is_reported_not_regenerated(isolated: Path) -> None:
     session = fake_session(isolated, weights_hash="w1")  # the artifact's weights changed
     profile = session.profile("tiny")
     assert (
-        session.store.status("tiny", "plain", session.provenance(profile, profile.scenarios[0])) is GoldenStatus.STALE
+        session.store("mlx-lm").status("tiny", "plain", session.provenance(profile, profile.scenarios[0]))
+        is GoldenStatus.STALE
     )
     with pytest.raises(
         StaleGoldenError,
@@ -67,7 +68,7 @@ def test_tracked_manifest_without_blobs_is_reproduced_and_checked(isolated: Path
     write_profile(isolated, text=FULL_PROFILE)
     session = fake_session(isolated)
     golden = session.goldens(session.profile("tiny"))["plain"]
-    blob = session.store.blob_path(golden.manifest["blobs"]["logits"]["sha256"])
+    blob = session.store("mlx-lm").blob_path(golden.manifest["blobs"]["logits"]["sha256"])
     blob.unlink()  # a fresh clone: manifest tracked in git, blobs not in this cache
     assert fake_session(isolated).goldens(session.profile("tiny"))["plain"].record.tokens == golden.record.tokens
     assert blob.exists()

@@ -1,0 +1,203 @@
+"""Golden keys name what changes an oracle's bits, per oracle family (harness/provenance.py).
+
+The probes are faked here (no dependence on the host's processor); the end-to-end test at the
+bottom runs the real oracles into an empty goldens folder, as on a host with no tracked key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import provenance
+from harness.errors import OracleError
+from harness.paths import REPO_ROOT
+from harness.provenance import DeviceFacts, TorchFacts, golden_key, mlx_key, torch_key
+
+EPYC = DeviceFacts(
+    backend="cpu",
+    arch="x86_64",
+    os="linux",
+    processor="AMD EPYC f25m1",
+    vendor="amd",
+    blas="refblas-3.10.0",
+    mlx="0.32.4",
+    os_version="6.1.0",
+)
+ZEN2 = dataclasses.replace(EPYC, processor="AMD EPYC f23m49", os_version="6.18.44")
+XEON = dataclasses.replace(EPYC, processor="Intel(R) Xeon(R) Platinum 8481C f6m143", vendor="intel")
+TORCH = TorchFacts(version="2.13.0+cpu", capability="AVX2")
+
+
+def test_mlx_key_ignores_the_processor_model_and_vendor() -> None:
+    assert mlx_key(EPYC) == mlx_key(ZEN2) == mlx_key(XEON)
+    assert mlx_key(EPYC).name == "cpu-x86-64-refblas-3.10.0-mlx0.32.4"
+    assert "epyc" not in mlx_key(EPYC).name
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"blas": "openblas-0.3.28"},
+        {"mlx": "0.32.5"},
+        {"arch": "aarch64"},
+        {"backend": "gpu", "gpu": "NVIDIA H200"},
+    ],
+)
+def test_mlx_key_changes_with_what_changes_bits(change: dict[str, str]) -> None:
+    assert mlx_key(dataclasses.replace(EPYC, **change)).name != mlx_key(EPYC).name
+
+
+def test_torch_key_follows_vendor_and_capability_not_model() -> None:
+    assert torch_key(EPYC, TORCH) == torch_key(ZEN2, TORCH)  # two AMD models, one capability
+    assert torch_key(EPYC, TORCH).name != torch_key(XEON, TORCH).name  # Intel vs AMD, both AVX2
+    avx512 = dataclasses.replace(TORCH, capability="AVX512")
+    assert torch_key(XEON, TORCH).name != torch_key(XEON, avx512).name
+    assert torch_key(EPYC, TORCH).name != torch_key(EPYC, dataclasses.replace(TORCH, version="2.13.1+cpu")).name
+    assert torch_key(EPYC, TORCH).name == "cpu-x86-64-amd-avx2-torch2.13.0-cpu"
+    assert torch_key(EPYC, TORCH).as_dict()["capability"] == "AVX2"
+
+
+def test_gpu_keys_name_the_gpu() -> None:
+    cuda = dataclasses.replace(EPYC, backend="gpu", gpu="NVIDIA H200")
+    assert mlx_key(cuda).name == "gpu-x86-64-nvidia-h200-mlx0.32.4"
+    m3 = DeviceFacts("gpu", "arm64", "darwin", "Apple M3", "apple", "accelerate", "0.32.4", "applegpu_g15s", "14.6")
+    assert mlx_key(m3).name == "metal-applegpu-g15s-14.6-mlx0.32.4"
+    assert mlx_key(m3).name != mlx_key(dataclasses.replace(m3, os_version="15.1")).name
+    assert mlx_key(m3).name == mlx_key(dataclasses.replace(m3, processor="Apple M3 Pro")).name
+
+
+def test_aarch64_linux_names_its_vendor_and_part(monkeypatch: pytest.MonkeyPatch) -> None:
+    info = {"processor": "0", "BogoMIPS": "243.75", "CPU implementer": "0x41", "CPU part": "0xd0c"}
+    monkeypatch.setattr(provenance.platform, "system", lambda: "Linux")
+    monkeypatch.setattr(provenance, "_first_cpuinfo_block", lambda: info)
+    assert provenance.cpu_vendor() == "arm"
+    assert provenance.cpu_model().startswith("arm part 0xd0c")
+    info["CPU implementer"] = "0x99"
+    assert provenance.cpu_vendor() == "implementer-0x99"
+
+
+def test_x86_vendor_from_cpuinfo(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(provenance.platform, "system", lambda: "Linux")
+    for vendor_id, vendor in (("GenuineIntel", "intel"), ("AuthenticAMD", "amd")):
+        monkeypatch.setattr(provenance, "_first_cpuinfo_block", lambda v=vendor_id: {"vendor_id": v})
+        assert provenance.cpu_vendor() == vendor
+
+
+def test_golden_key_dispatches_on_the_oracle_family(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(provenance, "device_facts", lambda: XEON)
+    monkeypatch.setattr(provenance, "ensure_oracle_env", lambda oracle: oracle)
+    monkeypatch.setattr(provenance, "torch_facts", lambda env: dataclasses.replace(TORCH, capability="AVX512"))
+    for oracle in ("mlx-lm", "mlx-optiq", "mlx-whisper"):
+        assert golden_key(oracle) == mlx_key(XEON)
+    for oracle in ("openai-whisper", "silero-vad"):
+        assert golden_key(oracle).name == "cpu-x86-64-intel-avx512-torch2.13.0-cpu"
+    with pytest.raises(OracleError, match="ORACLE_FAMILY"):
+        golden_key("some-new-oracle")
+
+
+# -- tracked goldens: fresh, or absent --------------------------------------------------------
+
+
+def _tracked_manifests() -> list[Path]:
+    out = subprocess.run(["git", "ls-files", "goldens"], capture_output=True, text=True, cwd=REPO_ROOT, check=False)
+    if out.returncode != 0:
+        pytest.skip("not a git checkout: no tracked goldens to check")
+    return [REPO_ROOT / line for line in out.stdout.splitlines() if line.endswith(".json")]
+
+
+def test_every_tracked_golden_is_fresh() -> None:
+    """A tracked manifest made by another generator, pins, profile or format is stale on every
+    machine its key serves: it must be regenerated or removed, not shipped."""
+    from harness import COMPACT_GOLDEN_FORMAT, FULL_GOLDEN_FORMAT, HARNESS_VERSION
+    from harness.artifacts import sha256_file
+    from harness.paths import oracles_dir
+    from harness.profile import find_profile
+    from harness.session import SHARED_GENERATORS
+    from harness.venvs import pins_hash, read_pins
+
+    manifests = _tracked_manifests()
+    assert manifests
+    stale = []
+    for path in manifests:
+        m = json.loads(path.read_text())
+        prov = m["provenance"]
+        oracle = prov["oracle"]["name"] if "oracle" in prov else "silero-vad"
+        if oracle == "silero-vad":  # the VAD gate's own manifest layout (harness/vad_gate.py)
+            generator, pins, version = prov["generator_sha256"], prov["pins_hash"], None
+        else:
+            generator, pins, version = prov["oracle"]["generator_sha256"], prov["oracle"]["pins_hash"], m["format"]
+        python = m.get("oracle_environment", m.get("environment", {})).get("python", "")
+        device = prov["device"]
+        problems = []
+        if path.parent.name != device["key"]:
+            problems.append(f"folder {path.parent.name} is not its key {device['key']}")
+        if generator != sha256_file(oracles_dir() / oracle / "generate.py"):
+            problems.append("generator changed")
+        interpreter = tuple(int(p) for p in python.split(".")[:2])
+        if pins != pins_hash(read_pins(oracle), interpreter, device["arch"], "linux"):
+            problems.append(f"pins changed (python {python})")
+        if version is not None:
+            if version not in (FULL_GOLDEN_FORMAT, COMPACT_GOLDEN_FORMAT):
+                problems.append(f"format {version}")
+            if prov["harness_version"] != HARNESS_VERSION:
+                problems.append("harness version")
+            for shared in SHARED_GENERATORS.get(oracle, ()):
+                if prov["oracle"].get(f"{shared}_generator_sha256") != sha256_file(
+                    oracles_dir() / shared / "generate.py"
+                ):
+                    problems.append(f"{shared} generator changed")
+            profile = find_profile(m["profile"])
+            scenario = next((s for s in profile.scenarios if s.id == m["scenario"]), None)
+            if scenario is None:
+                problems.append("scenario no longer in the profile")
+            elif prov["scenario_hash"] != profile.scenario_hash(scenario):
+                problems.append("scenario changed")
+        if problems:
+            stale.append(f"{path.relative_to(REPO_ROOT)}: {', '.join(problems)}")
+    assert not stale, f"{len(stale)} stale tracked goldens:\n" + "\n".join(stale[:20])
+
+
+# -- a host whose key has no tracked goldens ---------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("empty-goldens")
+def test_an_empty_goldens_folder_is_generated_and_judged(tmp_path: Path) -> None:
+    """As on a host of a new key: MLX (mlx-lm) and torch (openai-whisper, silero-vad) goldens are
+    generated by their oracles into the empty folder, under their family's key, and judged."""
+    goldens = tmp_path / "goldens"
+    goldens.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLX_PARITY_")}
+    env |= {"MLX_PARITY_QUIET": "1", "MLX_PARITY_GOLDENS": str(goldens), "MLX_PARITY_REPORTS": str(tmp_path)}
+    report = tmp_path / "report.json"
+    cmd = [sys.executable, "-m", "harness", "parity", "--model", "smollm2-135m", "--model", "whisper-tiny-en"]
+    cmd += ["--report", str(report), "--", "-k", "plain or fox-beam5"]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=1800)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    results = json.loads(report.read_text())["results"]
+    judged = {(r["model"], r["scenario"]) for r in results if r["outcome"] == "passed"}
+    assert {("smollm2-135m", "plain"), ("whisper-tiny-en", "fox-beam5")} <= judged
+    assert all(r["outcome"] == "passed" for r in results)
+    made = {p.relative_to(goldens).parts[:2] + (p.stem,) for p in goldens.rglob("*.json")}
+    mlx = mlx_key(provenance.device_facts()).name
+    assert ("smollm2-135m", mlx, "plain") in made
+    torch = [m for m in made if m[0] == "whisper-tiny-en" and m[2] == "fox-beam5"]
+    assert len(torch) == 1 and "-torch2." in torch[0][1] and torch[0][1] != mlx
+    # the VAD gate (torch family) in the same folder
+    vad = subprocess.run(
+        [sys.executable, "-m", "harness.vad_gate", "--fixtures", "fox.wav"],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env=env,
+        timeout=900,
+    )
+    assert vad.returncode == 0, vad.stdout[-3000:] + vad.stderr[-3000:]
+    assert [p.parent.name for p in (goldens / "silero-vad").rglob("fox.json")] == [torch[0][1]]
