@@ -1,6 +1,9 @@
 # Faces over harness/: every target sets itself up (project venv; oracle venvs, artifacts and
 # goldens are built on first use by the harness itself, into .cache/).
-PYTHON ?= python3
+# The first Python >= 3.11 of python3.12, python3.11, python3 (numpy 2.4.6 and mlx 0.32.4 need
+# 3.11); PYTHON=... overrides, and is checked all the same.
+PYTHON ?= $(shell for p in python3.12 python3.11 python3; do \
+	$$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1 && { echo $$p; break; }; done)
 VENV := .venv
 PY := $(VENV)/bin/python
 MODEL ?= smollm2-135m
@@ -12,6 +15,8 @@ WORKERS ?= auto
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt
+	@$(or $(PYTHON),python3) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+	  echo "mlx-parity needs Python >= 3.11, found: $$($(or $(PYTHON),python3) --version 2>&1 | head -n 1 || echo none) ($(or $(PYTHON),python3)); install python3.11 or newer (Debian/Ubuntu: apt-get install python3.11 python3.11-venv; macOS: brew install python@3.12), or run make PYTHON=/path/to/python3.11" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --no-input -q -r requirements.txt
 	touch $@
@@ -42,6 +47,7 @@ signoff: venv
 lint: venv
 	$(PY) -m ruff check harness models tests oracles conftest.py
 	$(PY) -m ruff format --check harness models tests oracles conftest.py
+	$(VENV)/bin/actionlint .github/workflows/*.yml
 
 ## make bench: harness overhead and in-tree vs mlx-lm decode speed (docs/benchmarks.md)
 bench: venv

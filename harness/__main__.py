@@ -40,7 +40,13 @@ def _goldens(args: argparse.Namespace) -> int:
     session = ParitySession()
     for name in args.model:
         profile = session.profile(name)
-        session.selected_scenarios[profile.name] = {s.id for s in profile.scenarios}  # nightly ones too
+        ids = {s.id for s in profile.scenarios}  # nightly ones too
+        if args.oracle:
+            unknown = set(args.oracle) - {profile.oracle_of(s) for s in profile.scenarios}
+            if unknown:
+                raise SystemExit(f"{name}: no scenario uses oracle(s) {sorted(unknown)}")
+            ids = {s.id for s in profile.scenarios if profile.oracle_of(s) in args.oracle}
+        session.selected_scenarios[profile.name] = ids
         goldens = session.goldens(profile, regenerate=True)
         for sid, golden in goldens.items():
             print(f"{name}/{sid}: {len(golden.record.tokens)} steps -> {golden.manifest_path}")
@@ -101,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-n", "--workers", help="pytest-xdist workers (e.g. auto)")
     g = sub.add_parser("goldens", help="(re)generate a model's goldens with its oracle, explicitly")
     g.add_argument("--model", action="append", required=True)
+    g.add_argument("--oracle", action="append", default=[], help="only the scenarios this oracle judges")
     c = sub.add_parser("compact-goldens", help="rewrite this device's full goldens as compact ones")
     c.add_argument("--model", action="append", default=[])
     sub.add_parser("list", help="list profiles")

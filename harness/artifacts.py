@@ -88,13 +88,73 @@ def check_expected_config(profile: Profile, model_dir: Path) -> None:
                 f"{profile.name}: artifact {model_dir}/config.json is family {detected!r}, the profile "
                 f"{profile.source_file} declares {profile.family!r}"
             )
-    for key, expected in profile.expect.items():
-        actual = config.get(key, "<absent>")
-        if actual != expected:
+    generation = {}
+    if (model_dir / "generation_config.json").is_file():
+        try:
+            generation = json.loads((model_dir / "generation_config.json").read_text())
+        except (OSError, json.JSONDecodeError) as e:
             raise ArtifactError(
-                f"{profile.name}: artifact {model_dir}/config.json: {key}: expected {expected!r} "
-                f"(profile {profile.source_file}), got {actual!r}"
-            )
+                f"{profile.name}: artifact {model_dir}: unreadable generation_config.json: {e}"
+            ) from None
+    for key, expected in profile.expect.items():
+        actual = effective_config_value(config, generation, key)
+        if key == "eos_token_id" and isinstance(actual, set):
+            expected_set = set(expected) if isinstance(expected, list) else {expected}
+            if actual == expected_set:
+                continue
+            actual = sorted(actual)
+        elif actual == expected and type(actual) is type(expected) or _same_number(actual, expected):
+            continue
+        raise ArtifactError(
+            f"{profile.name}: artifact {model_dir}/config.json: {key}: expected {expected!r} "
+            f"(profile {profile.source_file}), got {actual!r}"
+        )
+
+
+def _same_number(a: Any, b: Any) -> bool:
+    """5000000 and 5000000.0 are the same rope theta; True is never the number 1."""
+    numbers = (int, float)
+    return (
+        isinstance(a, numbers)
+        and isinstance(b, numbers)
+        and not isinstance(a, bool)
+        and not isinstance(b, bool)
+        and a == b
+    )
+
+
+def _eos_ids(value: Any) -> set[int] | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return {value}
+    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return set(value)
+    return None
+
+
+def effective_config_value(config: dict[str, Any], generation: dict[str, Any], key: str) -> Any:
+    """The value a loader acts on, wherever a real conversion keeps it: EOS ids as the set of
+    config.json's and generation_config.json's; head_dim derived when absent; KV heads default
+    to the attention heads; rope theta top-level or under `rope_parameters`; quantization under
+    either of its keys. Any other key is read as it stands ("<absent>" when it is not there)."""
+    if key == "eos_token_id":
+        ids = [_eos_ids(c.get("eos_token_id")) for c in (config, generation) if c.get("eos_token_id") is not None]
+        if ids and all(i is not None for i in ids):
+            return set().union(*ids)
+        return config.get(key, "<absent>")
+    if key == "head_dim" and config.get("head_dim") is None:
+        hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
+        if isinstance(hidden, int) and isinstance(heads, int) and heads and hidden % heads == 0:
+            return hidden // heads
+    if key == "num_key_value_heads" and config.get(key) is None and "num_attention_heads" in config:
+        return config["num_attention_heads"]
+    if key == "rope_theta" and key not in config:
+        rope = config.get("rope_parameters")
+        if isinstance(rope, dict) and "rope_theta" in rope:
+            return rope["rope_theta"]
+    if key in ("quantization", "quantization_config") and key not in config:
+        other = "quantization_config" if key == "quantization" else "quantization"
+        return config.get(other, "<absent>")
+    return config.get(key, "<absent>")
 
 
 def _resolve_hub(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
@@ -102,9 +162,13 @@ def _resolve_hub(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
     if not spec.twin_only:
         try:
             return _snapshot(spec, cache_dir=None), identity
-        except ArtifactError:
+        except ArtifactError as e:
             if spec.twin is None:
                 raise
+            if os.environ.get("MLX_PARITY_REQUIRE_REAL") == "1":
+                raise ArtifactError(
+                    f"{e}; MLX_PARITY_REQUIRE_REAL=1: the real artifact is required, the twin {spec.twin} is not used"
+                ) from None
             progress.say(f"{spec.repo}@{spec.revision} is not available: using the declared twin {spec.twin}")
     twin_cache, twin_identity = _seed_twin(spec)
     return _snapshot(spec, cache_dir=twin_cache), identity | {"twin": twin_identity}

@@ -35,8 +35,10 @@ class Progress:
         self.say(f"{description} ...")
         try:
             yield
-        finally:
-            self.say(f"{description}: done in {time.perf_counter() - start:.1f}s")
+        except BaseException:
+            self.say(f"{description}: failed after {time.perf_counter() - start:.1f}s")
+            raise
+        self.say(f"{description}: done in {time.perf_counter() - start:.1f}s")
 
     def step(self, label: str, index: int, total: int, started: float) -> None:
         """One line per few steps: model/scenario, step i/N, elapsed."""

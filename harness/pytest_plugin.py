@@ -26,6 +26,7 @@ from harness.report import ItemResult, build_report, peak_rss_mb, print_table, w
 from harness.session import ParitySession, harness_commit, model_provenance
 
 _SESSION_KEY = pytest.StashKey[ParitySession]()
+_REMAINING_KEY = pytest.StashKey[dict[str, int]]()  # ParityItems left to run, per profile
 _STARTED_KEY = pytest.StashKey[dt.datetime]()
 
 
@@ -63,6 +64,22 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if isinstance(item, ParityItem):
             selected.setdefault(item.profile.name, set()).add(item.scenario.id)
     _session(config).selected_scenarios.update(selected)
+    remaining: dict[str, int] = {}
+    for item in items:
+        if isinstance(item, ParityItem):
+            remaining[item.profile.name] = remaining.get(item.profile.name, 0) + 1
+    config.stash[_REMAINING_KEY] = remaining
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After a profile's last item in this process its in-tree model is released. Under xdist a
+    worker runs only some of the items it counted, and so keeps its models (as before)."""
+    if not isinstance(item, ParityItem) or _REMAINING_KEY not in item.config.stash:
+        return
+    remaining = item.config.stash[_REMAINING_KEY]
+    remaining[item.profile.name] -= 1
+    if remaining[item.profile.name] == 0:
+        _session(item.config).release(item.profile.name)
 
 
 def _session(config: pytest.Config) -> ParitySession:

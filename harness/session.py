@@ -13,6 +13,7 @@ import os
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
@@ -187,6 +188,15 @@ def oracle_pins_hash(oracle: str) -> str:
     return pins_hash(read_pins(oracle))
 
 
+def portable_environment(environment: dict[str, Any]) -> dict[str, Any]:
+    """The oracle's facts as a tracked manifest keeps them: library paths (this machine's venv
+    folders) reduced to their file names, which still name the BLAS."""
+    out = dict(environment)
+    if isinstance(out.get("blas_libraries"), list):
+        out["blas_libraries"] = [Path(p).name for p in out["blas_libraries"]]
+    return out
+
+
 def check_deterministic(label: str, first: ScenarioRecord, second: ScenarioRecord) -> None:
     """Two runs fed the same tokens must agree bit for bit, or no comparison means anything."""
     for step in range(min(len(first.tokens), len(second.tokens))):
@@ -221,6 +231,20 @@ class ParitySession:
     def store(self, oracle: str) -> GoldenStore:
         """Where `oracle`'s goldens for this machine live: its family's golden key names the folder."""
         return GoldenStore(goldens_dir(), cache_root() / "blobs", golden_key(oracle).name)
+
+    def release(self, name: str) -> None:
+        """Drop a profile's in-tree model and records once its last check has run, so a run
+        over many profiles holds one profile's model at a time (a 7 GB runner, issue 14)."""
+        self._runners.pop(name, None)
+        for cache in (self._records, self._full_goldens, self._localizations):
+            for key in [k for k in cache if k[0] == name]:
+                del cache[key]
+        import gc
+
+        import mlx.core as mx
+
+        gc.collect()
+        mx.clear_cache()
 
     def profile(self, name: str) -> Profile:
         if name not in self._profiles:
@@ -275,7 +299,11 @@ class ParitySession:
             todo: list[Scenario] = []
             expected_blobs: dict[str, dict[str, Any]] = {}
             for scenario in self._scenarios_in_scope(profile):
-                store = self.store(profile.oracle_of(scenario))
+                try:  # a torch oracle's key needs its venv: if that cannot be built, only its scenarios fail
+                    store = self.store(profile.oracle_of(scenario))
+                except HarnessError as e:
+                    self._scenario_errors[(profile.name, scenario.id)] = e
+                    continue
                 status = store.status(profile.name, scenario.id, self.provenance(profile, scenario))
                 if regenerate or status is GoldenStatus.ABSENT:
                     todo.append(scenario)
@@ -330,7 +358,7 @@ class ParitySession:
             extra = {
                 "tier": profile.tier_of(scenario),
                 "oracle": oracle,
-                "oracle_environment": environment,
+                "oracle_environment": portable_environment(environment),
                 "harness_commit": harness_commit(),
                 "scenario_spec": profile.scenario_spec(scenario),
                 "recorded_on": device_facts().recorded_on(),

@@ -15,6 +15,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -170,25 +171,82 @@ def _build(env: OracleEnv) -> None:
     log.parent.mkdir(parents=True, exist_ok=True)
     with progress.task(f"building oracle venv {env.name} (pins {env.pins_hash})"):
         with open(log, "w") as out:
-            pip = [str(tmp / "bin" / "python"), "-m", "pip", "install", "--no-input"]
-            steps = [[sys.executable, "-m", "venv", str(tmp)], [*pip, "-r", str(pins_path(env.name))]]
-            if nodeps_pins_path(env.name).is_file():
-                steps.append([*pip, "--no-deps", "-r", str(nodeps_pins_path(env.name))])
-            for cmd in steps:
-                out.write(f"$ {' '.join(cmd)}\n")
-                out.flush()
-                result = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False)
-                if result.returncode != 0:
-                    shutil.rmtree(tmp, ignore_errors=True)
-                    tail = log.read_text().splitlines()[-15:]
-                    raise OracleError(
-                        f"building oracle venv {env.name} from {pins_path(env.name)} failed "
-                        f"(exit {result.returncode}); log {log}:\n" + "\n".join(tail)
-                    )
+            try:
+                _install(env, tmp, out, log)
+            except OracleError:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
     (tmp / ".complete").write_text(env.pins_hash + "\n")
     # A venv's scripts hold absolute paths, so it is built at a temporary path and moved;
     # `python -I script` and `-m` still work from the new place (pyvenv.cfg is relative to it).
     os.replace(tmp, env.root)
+
+
+def _install(env: OracleEnv, tmp: Path, out: typing.TextIO, log: Path) -> None:
+    python = str(tmp / ("Scripts/python.exe" if os.name == "nt" else "bin/python"))
+    pins = pins_path(env.name)
+    pip = [python, "-m", "pip", "install", "--no-input", "--retries", "2"]
+
+    def run(cmd: list[str]) -> None:
+        out.write(f"$ {' '.join(cmd)}\n")
+        out.flush()
+        result = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False)
+        if result.returncode != 0:
+            out.flush()
+            tail = log.read_text().splitlines()[-15:]
+            raise OracleError(
+                f"building oracle venv {env.name} from {pins} failed (exit {result.returncode}); log {log}:\n"
+                + "\n".join(tail)
+            )
+
+    run([sys.executable, "-m", "venv", str(tmp)])
+    if oracle_family(env.name) == "torch":  # resolve first: never download a CUDA build
+        report = tmp / "resolution.json"
+        run([*pip, "--dry-run", "--quiet", "--report", str(report), "-r", str(pins)])
+        resolved = {
+            i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(report.read_text())["install"]
+        }
+        refuse_cuda_torch(env.name, pins, resolved, "resolved")
+    run([*pip, "-r", str(pins)])
+    if nodeps_pins_path(env.name).is_file():
+        run([*pip, "--no-deps", "-r", str(nodeps_pins_path(env.name))])
+    if oracle_family(env.name) == "torch":
+        probe = subprocess.run([python, "-I", "-c", _CUDA_PROBE], capture_output=True, text=True, check=False)
+        if probe.returncode != 0:
+            raise OracleError(f"oracle venv {env.name}: torch does not import: {probe.stderr.strip()[-1000:]}")
+        facts = json.loads(probe.stdout)
+        refuse_cuda_torch(env.name, pins, facts["dists"], "installed", cuda=facts["cuda"])
+
+
+_CUDA_PROBE = (
+    "import importlib.metadata as m, json, torch\n"
+    "print(json.dumps({'cuda': torch.version.cuda,"
+    " 'dists': {d.metadata['Name'].lower(): d.version for d in m.distributions()}}))\n"
+)
+
+
+def cpu_wheel_index(pins: Path) -> str | None:
+    """The extra index a torch oracle's pins name (PyTorch's CPU wheels)."""
+    for line in pins.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "--extra-index-url":
+            return parts[1]
+    return None
+
+
+def refuse_cuda_torch(oracle: str, pins: Path, dists: dict[str, str], stage: str, cuda: str | None = None) -> None:
+    """A torch oracle computes on the CPU: a CUDA torch, triton or nvidia-* wheel is refused."""
+    cuda_dists = sorted(d for d in dists if d.startswith("nvidia-") or d == "triton")
+    if not cuda_dists and cuda is None:
+        return
+    what = f"torch {dists.get('torch', '?')}" + (f" built for CUDA {cuda}" if cuda else "")
+    listed = f" with {', '.join(cuda_dists[:6])}{' …' if len(cuda_dists) > 6 else ''}" if cuda_dists else ""
+    raise OracleError(
+        f"oracle venv {oracle}: pip {stage} a CUDA build, {what}{listed}, from {pins}. This oracle "
+        f"must run PyTorch's CPU build, from the CPU wheel index {cpu_wheel_index(pins) or '<none named>'} "
+        "named in that file: it was not reachable from here or did not serve the pinned torch. Make it "
+        "reachable (or give a mirror of it as PIP_EXTRA_INDEX_URL) and run again; the venv was not kept."
+    )
 
 
 def check_same_mlx(env: OracleEnv, project_mlx: str) -> dict[str, str | None]:

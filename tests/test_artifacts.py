@@ -127,3 +127,91 @@ def test_unconvertible_gguf_is_an_artifact_error(isolated: Path) -> None:
     assert not (isolated / "cache" / "artifacts").exists() or not any(
         (p / ".complete").exists() for p in (isolated / "cache" / "artifacts").iterdir()
     )
+
+
+# -- `expect:` compares effective values, as real MLX conversions ship them ----------------------
+
+
+def _minicpm_config(**change) -> dict:
+    from harness.profile import find_profile
+
+    config = dict(find_profile("minicpm5-2b").expect)  # the twin's literal shape
+    for key, value in change.items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    return config
+
+
+def _check(tmp_path: Path, config: dict, generation: dict | None = None, expect: dict | None = None) -> None:
+    import dataclasses
+
+    from harness.artifacts import check_expected_config
+    from harness.profile import find_profile
+
+    profile = find_profile("minicpm5-2b")
+    if expect is not None:
+        profile = dataclasses.replace(profile, expect=expect)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    if generation is not None:
+        (tmp_path / "generation_config.json").write_text(json.dumps(generation))
+    check_expected_config(profile, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "config, generation",
+    [
+        (_minicpm_config(), None),
+        (_minicpm_config(head_dim=None), None),  # derived: 2048 / 16
+        (_minicpm_config(eos_token_id=[130073, 1]), None),  # another order
+        (_minicpm_config(eos_token_id=130073), {"eos_token_id": [1, 130073]}),  # one int + generation_config
+        (_minicpm_config(eos_token_id=None), {"eos_token_id": [130073, 1]}),
+        (_minicpm_config(rope_theta=None, rope_parameters={"rope_theta": 5000000, "rope_type": "default"}), None),
+    ],
+    ids=["literal", "no-head-dim", "eos-order", "eos-int-plus-generation", "eos-in-generation", "rope-parameters"],
+)
+def test_expect_accepts_the_shapes_real_conversions_ship(tmp_path: Path, config: dict, generation: dict | None) -> None:
+    _check(tmp_path, config, generation)
+
+
+@pytest.mark.parametrize(
+    "config, generation, message",
+    [
+        (_minicpm_config(eos_token_id=[1]), None, r"eos_token_id: expected \[1, 130073\].*got \[1\]"),
+        (_minicpm_config(eos_token_id=1), {"eos_token_id": 2}, r"eos_token_id.*got \[1, 2\]"),
+        (_minicpm_config(head_dim=64), None, r"is family 'llama'"),  # the shape check comes first
+        (_minicpm_config(rope_theta=None, rope_parameters={"rope_theta": 10000.0}), None, r"rope_theta.*got 10000.0"),
+        (_minicpm_config(rope_theta=None), None, r"rope_theta.*got '<absent>'"),
+        (_minicpm_config(tie_word_embeddings=True), None, r"tie_word_embeddings: expected False.*got True"),
+    ],
+    ids=["eos-missing-one", "eos-other-ids", "head-dim", "rope-parameters-theta", "rope-absent", "tied"],
+)
+def test_expect_still_refuses_other_values(tmp_path: Path, config: dict, generation: dict | None, message: str) -> None:
+    with pytest.raises(ArtifactError, match=message):
+        _check(tmp_path, config, generation)
+
+
+def test_expect_reads_quantization_under_either_key(tmp_path: Path) -> None:
+    quant = {"group_size": 64, "bits": 4}
+    for expect_key, config_key in (("quantization", "quantization_config"), ("quantization_config", "quantization")):
+        _check(tmp_path, _minicpm_config(**{config_key: quant}), expect={expect_key: quant})
+        with pytest.raises(ArtifactError, match=rf"{expect_key}: expected"):
+            _check(tmp_path, _minicpm_config(**{config_key: {"group_size": 32, "bits": 4}}), expect={expect_key: quant})
+
+
+def test_require_real_refuses_the_twin_fallback(tmp_path: Path) -> None:
+    """A hub failure must not turn a real-weights sign-off into a twin sign-off silently."""
+    code = (
+        "import sys\nfrom harness.profile import find_profile\nfrom harness.artifacts import resolve_artifact\n"
+        "from harness.errors import ArtifactError\n"
+        "try:\n    resolve_artifact(find_profile('minicpm5-2b'))\nexcept ArtifactError as e:\n"
+        "    print(e, file=sys.stderr)\n    sys.exit(2)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLX_PARITY_", "HF_"))}
+    env |= {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hf"), "MLX_PARITY_CACHE": str(tmp_path / "c")}
+    env |= {"PYTHONPATH": str(REPO_ROOT), "MLX_PARITY_REQUIRE_REAL": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO_ROOT)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "MLX_PARITY_REQUIRE_REAL=1: the real artifact is required" in out.stderr
+    assert not (tmp_path / "c" / "hf-twins").exists()  # no twin was built

@@ -163,3 +163,17 @@ def test_compact_goldens_command_rewrites_full_goldens_from_their_blobs(isolated
     assert manifest["format"] == 2 and manifest["provenance"] == full.manifest["provenance"]
     assert manifest["compact"]["logits"] == CompactLogits.of(full.record.logits, 8, 2).as_json()
     assert manifest["compacted_from"]["logits_blob"] == full.manifest["blobs"]["logits"]["sha256"]
+
+
+def test_release_drops_a_profiles_model_and_records_only(isolated: Path) -> None:
+    write_profile(isolated)
+    session = _session(isolated, _Runner())
+    profile = session.profile("tiny")
+    assert session.run_check(profile, profile.scenario("plain"), "decode_logits").passed
+    session._records[("other", "plain", "free")] = "kept"  # another profile's record
+    assert "tiny" in session._runners and any(k[0] == "tiny" for k in session._records)
+    session.release("tiny")
+    assert "tiny" not in session._runners and not any(k[0] == "tiny" for k in session._records)
+    assert session._records == {("other", "plain", "free"): "kept"}
+    session._runners["tiny"] = _Runner()  # a later run of the profile builds its model again
+    assert session.run_check(profile, profile.scenario("plain"), "decode_logits").passed

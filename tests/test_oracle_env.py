@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import OracleVersionError
+from harness.errors import OracleError, OracleVersionError
 from harness.paths import oracles_dir
 from harness.runners import OracleRunner
 from harness.venvs import MLX_FREE_ORACLES, OracleEnv, check_same_mlx, pins_hash
@@ -80,3 +80,36 @@ def test_generator_imports_only_its_venv() -> None:
         text = script.read_text()
         assert "import harness" not in text and "from harness" not in text, script
         assert "import models" not in text and "from models" not in text, script
+
+
+# -- PyTorch oracles run PyTorch's CPU build -----------------------------------------------------
+
+
+def test_a_cuda_torch_resolution_is_refused_naming_the_cpu_wheel_index() -> None:
+    from harness.venvs import cpu_wheel_index, refuse_cuda_torch
+
+    pins = oracles_dir() / "silero-vad" / "requirements.txt"
+    assert cpu_wheel_index(pins) == "https://download.pytorch.org/whl/cpu"
+    refuse_cuda_torch("silero-vad", pins, {"torch": "2.13.0+cpu", "numpy": "2.4.6"}, "resolved")  # the CPU build
+    cuda = {"torch": "2.13.0", "nvidia-cublas": "13.1.0.3", "triton": "3.6.0"}
+    with pytest.raises(
+        OracleError,
+        match=r"resolved a CUDA build, torch 2.13.0 with nvidia-cublas, triton.*download\.pytorch\.org/whl/cpu",
+    ):
+        refuse_cuda_torch("silero-vad", pins, cuda, "resolved")
+    with pytest.raises(OracleError, match=r"installed a CUDA build, torch 2.13.0\+cu130 built for CUDA 13.0"):
+        refuse_cuda_torch("silero-vad", pins, {"torch": "2.13.0+cu130"}, "installed", cuda="13.0")
+
+
+@pytest.mark.parametrize("oracle", TORCH_ORACLES)
+def test_built_torch_venvs_hold_no_cuda(oracle: str) -> None:
+    import json
+    import subprocess
+
+    from harness.venvs import _CUDA_PROBE, ensure_oracle_env, refuse_cuda_torch
+
+    env = ensure_oracle_env(oracle)
+    cmd, run_env = env.command("-c", _CUDA_PROBE)
+    facts = json.loads(subprocess.run(cmd, capture_output=True, text=True, env=run_env, check=True).stdout)
+    assert "torch" in facts["dists"] and facts["cuda"] is None
+    refuse_cuda_torch(oracle, env.root, facts["dists"], "installed", cuda=facts["cuda"])

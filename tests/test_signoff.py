@@ -127,6 +127,7 @@ def test_signoff_writes_the_four_files_for_a_real_run(real: RealSignoff) -> None
     summary = (real.directory / "summary.md").read_text()
     assert summary.startswith("# Parity sign-off: SIGNED OFF")
     assert "| minicpm5-2b-mini | L1 | think-on | PASS | PASS | PASS | PASS | PASS | PASS |" in summary
+    assert "- artifacts: minicpm5-2b-mini **twin**" in summary  # twin vs real, per profile
     page = (real.directory / "index.html").read_text()
     for needle in (device_key, real.report.harness_commit, "oracle pins hash", "golden hashes", "peak RSS"):
         assert needle in page
@@ -485,6 +486,23 @@ def test_workflows_validate_against_the_github_workflow_schema() -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+def test_workflows_pass_actionlint() -> None:
+    actionlint = Path(sys.executable).parent / "actionlint"
+    files = sorted(WORKFLOWS.glob("*.yml"))
+    out = subprocess.run([str(actionlint), *map(str, files)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_actionlint_catches_a_broken_workflow(tmp_path: Path) -> None:
+    """The gate above can fail: an undefined step output and a deprecated action are errors."""
+    text = (WORKFLOWS / "pull-request.yml").read_text()
+    broken = text.replace("steps.py.outputs.version", "steps.pyy.outputs.version").replace("@v5", "@v4", 1)
+    (tmp_path / "broken.yml").write_text(broken)
+    actionlint = Path(sys.executable).parent / "actionlint"
+    out = subprocess.run([str(actionlint), str(tmp_path / "broken.yml")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "pyy" in out.stdout and "node20" in out.stdout, out.stdout + out.stderr
+
+
 def test_workflows_do_what_the_issue_asks() -> None:
     pr = yaml.safe_load((WORKFLOWS / "pull-request.yml").read_text())
     nightly = yaml.safe_load((WORKFLOWS / "nightly-signoff.yml").read_text())
@@ -504,6 +522,19 @@ def test_workflows_do_what_the_issue_asks() -> None:
     assert any("make signoff" in s.get("run", "") for s in steps)
     upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact"))
     assert upload["if"].startswith("always()") and "steps.signoff.outputs.dir" in upload["with"]["path"]
+    # issue 14: Metal manifests cached, exact Python and every pin file in the venv key, ffmpeg,
+    # only the last sign-off kept, hub failures are errors; the PR job saves caches on failure.
+    assert "goldens/*/metal-*" in cached
+    for job_ in (job, pr_job):
+        venv_key = next(s["with"]["key"] for s in job_["steps"] if ".cache/venvs" in s.get("with", {}).get("path", ""))
+        assert "oracles/*/requirements*.txt" in venv_key and "steps.py.outputs" in venv_key
+        saves = [s for s in job_["steps"] if "actions/cache/save" in s.get("uses", "")]
+        assert saves and all(s["if"].startswith("always()") for s in saves)
+        assert not any(s.get("uses", "").startswith("actions/cache@") for s in job_["steps"])
+    assert any("brew install ffmpeg" in s.get("run", "") for s in steps)
+    assert job["env"]["MLX_PARITY_REQUIRE_REAL"] == "1"
+    assert any("Keep only the last sign-off" == s.get("name") for s in steps)
+    assert "--shm-size" in pr_job["container"]["options"]
 
 
 def test_rerendering_a_signoff_does_not_diff_against_itself(real: RealSignoff, tmp_path: Path) -> None:

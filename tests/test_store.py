@@ -101,3 +101,28 @@ def test_parallel_workers_generate_each_golden_once(isolated: Path) -> None:
         results = pool.starmap(_generate_in_process, [(str(isolated), str(counter))] * 2)
     assert results[0] == results[1]
     assert counter.read_text().count("\n") == 1
+
+
+def test_a_scenario_whose_store_cannot_be_had_fails_alone(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A torch oracle's key needs its venv; when that cannot be built only its scenarios fail,
+    the profile's other goldens are still had."""
+    from harness.errors import OracleError
+    from harness.session import ParitySession
+
+    write_profile(isolated)
+    session = fake_session(isolated)
+    profile = session.profile("tiny")
+    real_store, calls = ParitySession.store, []
+
+    def store(self, oracle):
+        calls.append(oracle)
+        if len(calls) == 1:  # the first scenario in scope: plain
+            raise OracleError("oracle venv openai-whisper: cannot be built here")
+        return real_store(self, oracle)
+
+    monkeypatch.setattr(ParitySession, "store", store)
+    goldens = session.goldens(profile)
+    assert set(goldens) == {"chat"}
+    with pytest.raises(OracleError, match="cannot be built here"):
+        session.golden(profile, profile.scenario("plain"))
+    assert session.golden(profile, profile.scenario("chat")).record.tokens

@@ -9,6 +9,18 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _artifacts(doc: SignoffReport) -> str:
+    """Per model, whether the real artifact or its synthetic twin ran (a twin proves the code
+    path, never the real weights)."""
+    provenance = doc.parity.context.get("provenance", {})
+    out = []
+    for model in doc.signoff.models:
+        prov = provenance.get(model, {})
+        ran = "unknown" if "ran_twin" not in prov else ("**twin**" if prov["ran_twin"] else "real")
+        out.append(f"{model} {ran}")
+    return ", ".join(out) or "none"
+
+
 def render_summary(doc: SignoffReport) -> str:
     s, p = doc.signoff, doc.parity
     counts = ", ".join(f"{k} {n}" for k, n in s.counts.items())
@@ -19,6 +31,7 @@ def render_summary(doc: SignoffReport) -> str:
         f"- device `{s.device_key}`",
         f"- run {p.started} → {p.finished}; rendered {s.generated}",
         f"- models: {', '.join(s.requested_models) or 'none'}; {len(s.checks)} checks: {counts}",
+        f"- artifacts: {_artifacts(doc)}",
         "",
     ]
     if s.blockers:

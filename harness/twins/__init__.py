@@ -7,7 +7,7 @@ gated against the mlx-lm oracle before the real weights are available. Builds ar
 deterministic: the same TWIN_VERSION and the same pinned numpy/mlx/tokenizers give the
 same bytes, recorded with sha256 in the directory's `twin.json`.
 
-    identity = build_twin("minicpm5-2b-mini", Path("/tmp/twin-mini"))
+    identity = build_twin("minicpm5-2b-mini", Path("twin-mini"))
 """
 
 from __future__ import annotations
