@@ -77,9 +77,6 @@ class GoldenStore:
     def blob_path(self, sha256: str) -> Path:
         return self.blob_root / sha256[:2] / f"{sha256}.npy"
 
-    def lock_path(self, profile: str) -> Path:
-        return self.blob_root.parent / "locks" / f"goldens-{profile}-{self.device_key}.lock"
-
     # -- reading -------------------------------------------------------------------------
 
     def read_manifest(self, profile: str, scenario_id: str) -> dict[str, Any] | None:
