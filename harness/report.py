@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from harness import HARNESS_VERSION
+from harness.errors import HarnessError
 from harness.fileio import atomic_create_json
 from harness.paths import reports_dir
 
@@ -57,6 +58,48 @@ def build_report(results: list[ItemResult], context: dict[str, Any], started: dt
         "counts": {o: sum(r.outcome == o for r in results) for o in ("passed", "failed", "error")},
         "context": context,
         "results": [r.__dict__ for r in results],
+    }
+
+
+def merge_reports(reports: list[dict[str, Any]], runs: dict[str, int]) -> dict[str, Any]:
+    """One report from the reports of several parity runs on one machine (one per profile).
+
+    Results are concatenated in run order, verdict and counts recomputed from them. Context
+    values that are per model (`provenance`) are united, lists (`models`, `scoped_out`)
+    joined, anything else (the device, the harness commit) must be the same in every run: two
+    runs on different devices or commits are refused, not averaged. `runs` maps each profile
+    to its run's exit code and is kept in the context, so a verdict can name the run that failed.
+    """
+    if not reports:
+        raise HarnessError("no parity report to merge")
+    versions = sorted({str(r["harness_version"]) for r in reports})
+    if len(versions) > 1:
+        raise HarnessError(f"the parity runs come from different harness versions {versions}")
+    results = [item for report in reports for item in report["results"]]
+    context: dict[str, Any] = {}
+    for report in reports:
+        for key, value in report["context"].items():
+            if key not in context:
+                context[key] = value
+            elif isinstance(value, list):
+                context[key] = sorted(set(context[key]) | set(value))
+            elif key == "provenance":
+                context[key] = {**context[key], **value}
+            elif value != context[key]:
+                raise HarnessError(
+                    f"the parity runs disagree on context {key!r} ({context[key]!r} vs {value!r}): "
+                    "they are not one machine's runs of one harness"
+                )
+    context["runs"] = dict(runs)
+    outcomes = [r["outcome"] for r in results]
+    return {
+        "harness_version": reports[0]["harness_version"],
+        "started": min(r["started"] for r in reports),
+        "finished": max(r["finished"] for r in reports),
+        "verdict": "NO CHECKS RAN" if not results else "PASS" if set(outcomes) == {"passed"} else "FAIL",
+        "counts": {o: outcomes.count(o) for o in ("passed", "failed", "error")},
+        "context": context,
+        "results": results,
     }
 
 

@@ -34,7 +34,8 @@ import yaml
 
 from harness import HARNESS_VERSION
 from harness.paths import REPO_ROOT
-from harness.report import ItemResult, build_report
+from harness.errors import HarnessError
+from harness.report import ItemResult, build_report, merge_reports
 from harness.signoff.cli import sign_off
 from harness.signoff.model import BLOCKED, SIGNED_OFF, ParityReport
 from harness.signoff.waivers import Waiver, WaiverError, load_waivers, parse_waivers
@@ -384,6 +385,60 @@ def test_missing_model_no_checks_and_abnormal_exit_block(tmp_path: Path) -> None
     assert _signoff(report, [], tmp_path / "3", parity_exit_code=1)["verdict"] == BLOCKED  # yet every check passed
     assert _signoff(report, [], tmp_path / "4", parity_exit_code=3)["verdict"] == BLOCKED
     assert _signoff(_report(), [], tmp_path / "5")["blockers"][0]["reason"] == "no checks ran"
+
+
+def test_signoff_runs_each_profile_in_its_own_process_and_merges(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Issue 14 part 5: one parity child per profile (so peak memory is the largest profile's),
+    reports merged; a run that fails or writes nothing blocks under its own name."""
+    from harness.signoff import cli
+
+    outcome = {"a": ("passed", 0), "b": ("failed", 1), "c": (None, 5), "d": ("passed", 2)}
+    calls = []
+
+    def fake_run(command, cwd, check):
+        calls.append(command)
+        assert command.count("--model") == 1
+        model = command[command.index("--model") + 1]
+        state, code = outcome[model]
+        if state:
+            report = _report((model, "s", "decode_logits", state), (model, "s", "eos_stop", "passed")).raw
+            report["context"].update(models=[model], provenance={model: {"rev": model}}, scoped_out=[f"{model}/gpu"])
+            Path(command[command.index("--report") + 1]).write_text(json.dumps(report))
+        return subprocess.CompletedProcess(command, code)
+
+    monkeypatch.setattr(cli.subprocess, "run", fake_run)
+    merged, code = cli.run_parity(list(outcome), None, ["--", "-k", "x"])
+    assert [c[c.index("--model") + 1] for c in calls] == ["a", "b", "c", "d"]
+    assert len({c[c.index("--report") + 1] for c in calls}) == 4 and calls[0][-3:] == ["--", "-k", "x"]
+    assert code == 5  # an abnormal exit wins over a failed check
+    assert [(r.model, r.check, r.outcome) for r in merged.results] == [
+        (m, c, o) for m in "abd" for c, o in (("decode_logits", outcome[m][0]), ("eos_stop", "passed"))
+    ]
+    assert merged.verdict == "FAIL" and merged.raw["counts"] == {"passed": 5, "failed": 1, "error": 0}
+    assert merged.context["runs"] == {"a": 0, "b": 1, "c": 5, "d": 2}
+    assert merged.context["models"] == ["a", "b", "d"] and merged.context["scoped_out"] == ["a/gpu", "b/gpu", "d/gpu"]
+    assert sorted(merged.context["provenance"]) == ["a", "b", "d"]
+    s = _signoff(merged, [], tmp_path, requested_models=list(outcome), parity_exit_code=code)
+    blockers = {(b["kind"], b["subject"]): b["reason"] for b in s["blockers"]}
+    assert set(blockers) == {("check", "b/s/decode_logits"), ("run", "c"), ("model", "c"), ("run", "d")}
+    assert blockers[("run", "d")] == "its parity run exited with code 2"
+
+    outcome.update(a=(None, 4), b=(None, 3), c=(None, 5), d=(None, 2))
+    with pytest.raises(HarnessError, match=r"no parity run wrote a report \(exit codes: a 4, b 3, c 5, d 2\)"):
+        cli.run_parity(list(outcome), None, [])
+
+
+def test_merging_refuses_reports_of_different_devices_or_versions() -> None:
+    one = _report(("a", "s", "eos_stop", "passed")).raw
+    other = copy.deepcopy(one)
+    other["context"]["device"] = {"key": "gpu-elsewhere"}
+    with pytest.raises(HarnessError, match="disagree on context 'device'"):
+        merge_reports([one, other], {"a": 0, "b": 0})
+    other = copy.deepcopy(one)
+    other["harness_version"] = "0.0.1"
+    with pytest.raises(HarnessError, match="different harness versions"):
+        merge_reports([one, other], {"a": 0, "b": 0})
+    assert merge_reports([one, copy.deepcopy(one)], {"a": 0})["counts"]["passed"] == 2
 
 
 def test_glob_parts_do_not_span_slashes() -> None:

@@ -1,8 +1,8 @@
 """`python -m harness signoff`: run parity for every profile, judge, render, write the directory.
 
-The parity run is the ordinary `python -m harness parity` in a child process writing its
-JSON report to a temporary path: the sign-off adds no second way of running checks, only a
-reader of their results. `--from-report` skips the run and signs off an existing report.
+The parity run is the ordinary `python -m harness parity`, one child process per profile,
+each writing its JSON report to a temporary path; the reports are merged into one. The
+sign-off adds no second way of running checks, only a reader of their results. `--from-report` skips the run and signs off an existing report.
 Exit codes: 0 SIGNED OFF, 1 BLOCKED, 2 a harness error (bad waivers file, no report).
 """
 
@@ -21,6 +21,7 @@ from pathlib import Path
 from harness.errors import HarnessError
 from harness.paths import REPO_ROOT, reports_dir
 from harness.progress import progress
+from harness.report import merge_reports
 from harness.signoff.junit import render_junit
 from harness.signoff.model import SIGNED_OFF, ParityReport, SignoffReport
 from harness.signoff.page import render_page
@@ -103,21 +104,40 @@ def render(doc: SignoffReport) -> dict[str, bytes]:
 
 
 def run_parity(models: list[str], workers: str | None, extra: list[str]) -> tuple[ParityReport, int]:
-    """`python -m harness parity` in a child process; its report is the sign-off's only input."""
+    """`python -m harness parity` once per profile, each in its own child process; reports merged.
+
+    One process per profile keeps the peak memory that of the largest profile: a process
+    does not hand back all it allocated (mlx's allocator, earlier records), so profiles run
+    one after another in one process would stack. The merged report is the sign-off's only
+    input; its context names every run's exit code. The exit code returned is the worst one:
+    any code other than 0 (all passed) and 1 (a check failed) wins over those two.
+    """
+    reports, runs = [], {}
     with tempfile.TemporaryDirectory(prefix="signoff-") as tmp:
-        report_path = Path(tmp) / "parity.json"
-        command = [sys.executable, "-m", "harness", "parity", "--report", str(report_path)]
-        for model in models:
-            command += ["--model", model]
-        if workers:
-            command += ["-n", workers]
-        if extra:
-            command += ["--", *(extra[1:] if extra[0] == "--" else extra)]
-        progress.say(f"sign-off: running parity for {', '.join(models) or 'every profile'}")
-        code = subprocess.run(command, cwd=REPO_ROOT, check=False).returncode
-        if not report_path.exists():
-            raise HarnessError(f"the parity run (exit code {code}) wrote no report: nothing to sign off")
-        return ParityReport.load(report_path), code
+        for i, model in enumerate(models, 1):
+            report_path = Path(tmp) / f"parity-{i}.json"
+            command = [sys.executable, "-m", "harness", "parity", "--report", str(report_path), "--model", model]
+            if workers:
+                command += ["-n", workers]
+            if extra:
+                command += ["--", *(extra[1:] if extra[0] == "--" else extra)]
+            progress.say(f"sign-off: running parity for {model} ({i}/{len(models)}, its own process)")
+            runs[model] = subprocess.run(command, cwd=REPO_ROOT, check=False).returncode
+            if report_path.exists():
+                reports.append(json.loads(report_path.read_text()))
+            else:
+                progress.say(f"sign-off: the parity run of {model} (exit code {runs[model]}) wrote no report")
+        if not reports:
+            codes = ", ".join(f"{m} {c}" for m, c in runs.items())
+            raise HarnessError(f"no parity run wrote a report (exit codes: {codes}): nothing to sign off")
+        merged = ParityReport.from_dict(merge_reports(reports, runs), "the merged parity report")
+    return merged, worst_exit_code(runs.values())
+
+
+def worst_exit_code(codes) -> int:
+    codes = list(codes)
+    odd = [c for c in codes if c not in (0, 1)]
+    return odd[0] if odd else max(codes, default=0)
 
 
 def _all_profiles() -> list[str]:

@@ -6,7 +6,8 @@ The rules, in one place:
 - an expired waiver blocks, whatever it matches (and waives nothing);
 - a requested model without a single result blocks (its profile did not even collect);
 - a parity run that exited abnormally (pytest's 2..5), or with 1 while every check passed,
-  blocks: something outside the checks went wrong;
+  blocks: something outside the checks went wrong. A sign-off runs one parity process per
+  profile (the report's `runs`), and each run's code is judged with that profile's checks;
 - no results at all block. Anything else is SIGNED OFF.
 """
 
@@ -75,7 +76,8 @@ def evaluate(
         )
         for w in waivers
     ]
-    blockers = _blockers(checks, uses, requested_models or [], parity_exit_code)
+    runs = report.context.get("runs") or {}
+    blockers = _blockers(checks, uses, requested_models or [], parity_exit_code, runs)
     return Signoff(
         verdict=BLOCKED if blockers else SIGNED_OFF,
         generated=generated,
@@ -92,7 +94,11 @@ def evaluate(
 
 
 def _blockers(
-    checks: list[CheckStatus], waivers: list[WaiverUse], requested_models: list[str], exit_code: int | None
+    checks: list[CheckStatus],
+    waivers: list[WaiverUse],
+    requested_models: list[str],
+    exit_code: int | None,
+    runs: dict[str, int] | None = None,
 ) -> list[Blocker]:
     blockers = [Blocker("check", c.id, f"{c.status}: {c.summary}") for c in checks if c.status in ("FAIL", "ERROR")]
     for w in waivers:
@@ -107,7 +113,14 @@ def _blockers(
             blockers.append(Blocker("model", model, "no check of this model ran (profile or collection error?)"))
     if not checks:
         blockers.append(Blocker("run", "parity", "no checks ran"))
-    if exit_code not in (None, 0, 1):
+    if runs:  # one parity run per profile: each run's exit code is judged with its own checks
+        for model, code in runs.items():
+            own = [c for c in checks if c.model == model]
+            if code not in (0, 1):
+                blockers.append(Blocker("run", model, f"its parity run exited with code {code}"))
+            elif code == 1 and all(c.outcome == "passed" for c in own):
+                blockers.append(Blocker("run", model, "its parity run failed (exit code 1) although every check passed"))
+    elif exit_code not in (None, 0, 1):
         blockers.append(Blocker("run", "parity", f"the parity run exited with code {exit_code}"))
     elif exit_code == 1 and all(c.outcome == "passed" for c in checks):
         blockers.append(Blocker("run", "parity", "the parity run failed (exit code 1) although every check passed"))
