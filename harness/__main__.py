@@ -38,6 +38,7 @@ def _goldens(args: argparse.Namespace) -> int:
     from harness.session import ParitySession
 
     session = ParitySession()
+    failed = 0
     for name in args.model:
         profile = session.profile(name)
         ids = {s.id for s in profile.scenarios}  # nightly ones too
@@ -50,7 +51,12 @@ def _goldens(args: argparse.Namespace) -> int:
         goldens = session.goldens(profile, regenerate=True)
         for sid, golden in goldens.items():
             print(f"{name}/{sid}: {len(golden.record.tokens)} steps -> {golden.manifest_path}")
-    return 0
+        for (model, sid), error in session.scenario_errors(profile.name).items():
+            print(f"error: {model}/{sid}: no golden: {error}", file=sys.stderr)
+            failed += 1
+    if failed:
+        print(f"error: {failed} scenario(s) could not be generated (the others were written)", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _compact(args: argparse.Namespace) -> int:

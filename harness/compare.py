@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.errors import NothingComparedError
 from harness.records import ScenarioRecord
 
 
@@ -143,13 +144,15 @@ def compare_steps(check: str, golden: ScenarioRecord, actual: ScenarioRecord, st
     per_step = []
     first: tuple[int, VectorDiff] | None = None
     n_bad = 0
-    needed = max(steps, default=-1) + 1
-    if actual.logits.shape[0] < needed:
+    steps = list(steps)
+    if not steps:
+        raise NothingComparedError(f"{check}: nothing to compare: the golden has no logits rows for it")
+    if actual.logits.shape[0] != golden.logits.shape[0]:  # a longer trajectory is as wrong as a shorter one
         return CheckResult(
             check,
             False,
-            f"wrong tensor: in-tree produced {actual.logits.shape[0]} steps, expected {needed}",
-            first_bad_step=actual.logits.shape[0],
+            f"wrong tensor: in-tree produced {actual.logits.shape[0]} logits rows, the oracle {golden.logits.shape[0]}",
+            first_bad_step=min(actual.logits.shape[0], golden.logits.shape[0]),
         )
     histogram = np.zeros(len(ULP_BUCKETS), dtype=np.int64)
     for step in steps:
@@ -192,6 +195,8 @@ def compare_steps(check: str, golden: ScenarioRecord, actual: ScenarioRecord, st
 
 def compare_tokens(check: str, golden: ScenarioRecord, actual: ScenarioRecord) -> CheckResult:
     n = len(golden.tokens)
+    if n == 0:
+        raise NothingComparedError(f"{check}: nothing to compare: the golden has no tokens")
     for step in range(n):
         got = actual.tokens[step] if step < len(actual.tokens) else None
         if got != golden.tokens[step]:
@@ -236,6 +241,16 @@ def classify_flip(golden: ScenarioRecord, actual: ScenarioRecord, step: int) -> 
     if got is None or step >= actual.logits.shape[0] or actual.logits.shape[1:] != golden.logits.shape[1:]:
         return {"near_tie": False, "explanation": "not a near-tie: the in-tree logits at that step are missing"}
     g, a = golden.logits[step].astype(np.float64), actual.logits[step].astype(np.float64)
+    bad = [side for side, row in (("oracle", g), ("in-tree", a)) if not np.isfinite(row[[want, got]]).all()]
+    if bad:
+        values = ", ".join(
+            f"{side} {want}: {row[want]}, {got}: {row[got]}" for side, row in (("oracle", g), ("in-tree", a))
+        )
+        return {
+            "near_tie": False,
+            "non_finite": bad,
+            "explanation": f"not a near-tie: non-finite logits on the {' and '.join(bad)} side at that step ({values})",
+        }
     oracle_margin = g[want] - g[got]  # >= 0: the oracle preferred `want`
     shift = abs((a[want] - a[got]) - (g[want] - g[got]))  # how much the two sides move that margin
     if oracle_margin < 0:
@@ -291,6 +306,8 @@ def compare_prompt(check: str, golden: ScenarioRecord, actual: ScenarioRecord) -
                     return one
             total = sum(len(g["prompt_ids"]) for g in golden.extra[key])
             return CheckResult(check, True, f"{len(mine)} {key}' rendered prompts and {total} token ids identical")
+    if not golden.prompt_ids:
+        raise NothingComparedError(f"{check}: nothing to compare: the golden has no prompt token ids")
     one = _prompt_difference(
         check, golden.rendered_prompt, golden.prompt_ids, actual.rendered_prompt, actual.prompt_ids
     )
@@ -327,6 +344,21 @@ def compare_eos(check: str, golden: ScenarioRecord, actual: ScenarioRecord) -> C
     if sorted(golden.eos_ids) != sorted(actual.eos_ids):
         return CheckResult(
             check, False, f"EOS id sets differ: oracle {sorted(golden.eos_ids)} vs in-tree {sorted(actual.eos_ids)}"
+        )
+    if "finish_reason" in golden.extra:  # `stop: eos`: both runs ended themselves, as stream_generate does
+        ends = [(len(r.tokens), r.extra.get("finish_reason")) for r in (golden, actual)]
+        if ends[0] != ends[1]:
+            return CheckResult(
+                check,
+                False,
+                f"the runs end differently: oracle after {ends[0][0]} tokens ({ends[0][1]}), in-tree after "
+                f"{ends[1][0]} tokens ({ends[1][1]}) (EOS ids {sorted(golden.eos_ids)})",
+                first_bad_step=min(ends[0][0], ends[1][0]) - 1,
+                details={"oracle_end": ends[0], "intree_end": ends[1]},
+            )
+        how = f"at EOS (step {golden.eos_step})" if ends[0][1] == "stop" else "at the step limit, without EOS"
+        return CheckResult(
+            check, True, f"EOS ids {sorted(golden.eos_ids)} identical; both runs stop {how} after {ends[0][0]} tokens"
         )
     if len(golden.segments()) > 1:
         expected, got = golden.segment_eos_steps(), actual.segment_eos_steps()
@@ -413,8 +445,12 @@ def first_json_difference(expected: Any, actual: Any, path: str = "") -> tuple[s
     return None
 
 
-def compare_json(check: str, what: str, expected: Any, actual: Any) -> CheckResult:
-    """Two JSON-shaped results (a transcript, fallback decisions, drafting stats) must be identical."""
+def compare_json(check: str, what: str, expected: Any, actual: Any, *, allow_empty: bool = False) -> CheckResult:
+    """Two JSON-shaped results (a transcript, fallback decisions, drafting stats) must be
+    identical. A golden with nothing in it (None, or an empty list or object) is nothing to
+    compare, an error, unless the caller says an empty value is a result (`allow_empty`)."""
+    if not allow_empty and (expected is None or expected == [] or expected == {}):
+        raise NothingComparedError(f"{check}: nothing to compare: the golden has no {what} ({expected!r})")
     found = first_json_difference(expected, actual)
     if found is None:
         return CheckResult(check, True, f"{what} identical")

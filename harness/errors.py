@@ -43,3 +43,11 @@ class InTreeLoadError(HarnessError):
 
 class NonDeterministicError(HarnessError):
     """An implementation gave different bits for the same inputs: its comparison is void."""
+
+
+class NothingComparedError(HarnessError):
+    """A check found nothing to compare (no rows, no tokens, no transcript): never a pass."""
+
+
+class InTreeRunError(HarnessError):
+    """The in-tree run did not do what its check asked of it (e.g. a compiled decode that fell back)."""

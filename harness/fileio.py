@@ -31,7 +31,7 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 def atomic_create_json(path: Path, obj: Any) -> None:
     """Write a new file; refuse to replace an existing one (reports are never clobbered)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
+    data = (json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n").encode()  # strict JSON
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:

@@ -194,6 +194,9 @@ class Scenario:
     kv_group_size: int | None = None
     quantized_kv_start: int | None = None
     max_kv_size: int | None = None  # a RotatingKVCache(max_size, keep=4) per layer
+    # `eos`: both sides stop as mlx-lm's stream_generate / generate do, at the first EOS id
+    # (the EOS token included); omitted: both run every step, and EOS is judged where it falls.
+    stop: Literal["eos"] | None = None
     # Speech: options of the writers check (max_line_width, max_line_count, highlight_words,
     # max_words_per_line); they shape the written files, not the transcription (not hashed).
     writer_options: dict[str, Any] = field(default_factory=dict)
@@ -373,6 +376,8 @@ class Profile:
         """How many logits rows both sides must produce; None when the run decides (speech)."""
         if s.kind == "transcribe":
             return None
+        if s.stop is not None:
+            return None  # the run decides, within steps + 1 (compare_eos judges where it stopped)
         segments = len(s.turns) if s.turns is not None else len(s.batch) if s.batch is not None else 1
         return (self.steps(s) + 1) * segments
 
@@ -410,6 +415,8 @@ class Profile:
             for name in GENERATION_OPTIONS
             if getattr(s, name) is not None  # absent keys keep old scenario hashes valid
         }
+        if s.stop is not None:
+            spec["stop"] = s.stop
         if s.turns is not None:
             spec = {k: v for k, v in spec.items() if k not in ("prompt", "messages")} | {"turns": s.turns}
         if s.batch is not None:
@@ -572,6 +579,16 @@ def _check_profile(profile: Profile) -> None:
             )
         if "compiled_decode" in profile.checks(s) and (s.kind not in ("plain", "chat") or s.turns or s.composition):
             raise ProfileError(f"{where}.checks: compiled_decode runs plain and chat scenarios only")
+        if s.stop is not None and (s.kind not in ("plain", "chat") or s.turns or s.composition):
+            raise ProfileError(f"{where}.stop: only plain and chat scenarios stop at EOS (as mlx-lm's generate)")
+        if s.stop is not None and profile.oracle_of(s) != "mlx-lm":
+            raise ProfileError(f"{where}.stop: judged against mlx-lm's stream_generate, not {profile.oracle_of(s)}")
+        eager_only = [k for k in ("kv_bits", "max_kv_size") if getattr(s, k) is not None]
+        if "compiled_decode" in profile.checks(s) and eager_only:
+            raise ProfileError(
+                f"{where}.checks: compiled_decode with {' and '.join(eager_only)}: that cache is not compiled, "
+                "the run would be the eager loop judged twice; drop the check or the option"
+            )
         if "draft_stats" in profile.checks(s) and (s.composition or {}).get("kind") != "ngram_draft":
             raise ProfileError(f"{where}.checks: draft_stats needs a composition of kind 'ngram_draft'")
         if s.composition is not None and speech and not profile.intree_composition(s):
@@ -594,10 +611,15 @@ def _check_profile(profile: Profile) -> None:
         if s.writer_options and "writers" not in profile.checks(s):
             raise ProfileError(f"{where}.writer_options: only meaningful with the writers check")
         if s.audio is not None:
-            audio = REPO_ROOT / s.audio
+            audio = (REPO_ROOT / s.audio).resolve()
             if Path(s.audio).is_absolute() or not audio.is_file():
                 raise ProfileError(
                     f"{where}.audio: expected a WAV file path relative to the repository, {audio} is not one"
+                )
+            if not audio.is_relative_to(REPO_ROOT.resolve()):
+                raise ProfileError(
+                    f"{where}.audio: {s.audio!r} resolves to {audio}, outside the repository {REPO_ROOT}: "
+                    "fixtures live in the repository (its hash goes into the scenario's)"
                 )
     for i, defect in enumerate(profile.oracle_defects):
         missing = {"oracle", "path", "symptom", "seen"} - set(defect)

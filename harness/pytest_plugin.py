@@ -22,7 +22,7 @@ from harness.paths import profiles_dir
 from harness.profile import Profile, Scenario, available_profiles, load_profile
 from harness.progress import progress
 from harness.provenance import device_facts
-from harness.report import ItemResult, build_report, peak_rss_mb, print_table, write_report
+from harness.report import ItemResult, build_report, peak_rss_mb, print_table, verdict, write_report
 from harness.session import ParitySession, harness_commit, model_provenance
 
 _SESSION_KEY = pytest.StashKey[ParitySession]()
@@ -47,7 +47,7 @@ def pytest_configure(config: pytest.Config) -> None:
     capture = config.pluginmanager.getplugin("capturemanager")
     if capture is not None:
         progress.uncaptured = capture.global_and_fixture_disabled
-    requested = [m for value in config.getoption("model") for m in value.split(",") if m]
+    requested = _requested(config)
     known = available_profiles()
     unknown = [m for m in requested if m not in known]
     if unknown:
@@ -94,6 +94,23 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     return None
 
 
+def _requested(config: pytest.Config) -> list[str]:
+    return [m for value in config.getoption("model") for m in value.split(",") if m]
+
+
+def not_run_here(models: list[str]) -> list[str]:
+    """Of these models, those of which no scenario runs on this backend (all scoped elsewhere)."""
+    out = []
+    for name in models:
+        try:
+            profile = load_profile(available_profiles()[name])
+        except (HarnessError, KeyError):
+            continue
+        if profile.scenarios and not profile.active_scenarios(device_facts().backend):
+            out.append(name)
+    return out
+
+
 def scoped_out(models: list[str]) -> list[str]:
     """The scenarios of these models that this backend does not run (their `backends`)."""
     out = []
@@ -110,7 +127,7 @@ def scoped_out(models: list[str]) -> list[str]:
 
 class ProfileFile(pytest.File):
     def collect(self):
-        requested = [m for value in self.config.getoption("model") for m in value.split(",") if m]
+        requested = _requested(self.config)
         if requested and self.path.stem not in requested:
             return
         profile = load_profile(self.path)
@@ -171,6 +188,9 @@ class ParityItem(pytest.Item):
         except HarnessError as e:
             self._result("error", str(e), time.perf_counter() - started, None)
             raise
+        except Exception as e:  # a crash is an ERROR row, never a missing one (pytest shows the traceback)
+            self._result("error", f"{type(e).__name__}: {e}", time.perf_counter() - started, None)
+            raise
         self._result("passed" if result.passed else "failed", result.summary, time.perf_counter() - started, result)
         if not result.passed:
             raise ParityFailure(result)
@@ -186,39 +206,138 @@ class ParityItem(pytest.Item):
         return self.path, None, f"{self.profile.name}::{self.scenario.id}::{self.check}"
 
 
+def _item_row(nodeid: str, summary: str) -> ItemResult:
+    """An ERROR row for a parity item (or profile) that recorded no result of its own."""
+    parts = nodeid.split("::")
+    model = Path(parts[0]).stem
+    scenario, check = (parts[1], parts[2]) if len(parts) == 3 else ("(profile)", "collect")
+    tier = oracle = "?"
+    try:
+        profile = load_profile(available_profiles()[model])
+        chosen = next(s for s in profile.scenarios if s.id == scenario)
+        tier, oracle = profile.tier_of(chosen), profile.oracle_of(chosen)
+    except (HarnessError, KeyError, StopIteration):
+        pass
+    return ItemResult(
+        model=model,
+        scenario=scenario,
+        check=check,
+        tier=tier,
+        oracle=oracle,
+        outcome="error",
+        summary=summary,
+        peak_rss_mb=peak_rss_mb(),
+    )
+
+
+def _is_parity_id(nodeid: str) -> bool:
+    return nodeid.split("::")[0].endswith(".yaml")
+
+
+def _short(report: pytest.BaseReport) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None:
+        return str(crash.message).splitlines()[0][:500]
+    lines = [line for line in str(report.longrepr or "").splitlines() if line.strip()]
+    return (lines[-1] if lines else "no detail").strip()[:500]
+
+
 class _Collector:
-    """Gathers item results on the controller (xdist workers send them in user_properties)."""
+    """Gathers item results on the controller (xdist workers send them in user_properties)
+    and owns the verdict: PASS only when every collected parity item recorded a passing
+    result. An item that crashed, erred in setup or teardown, or never reported (an
+    interrupted run, a crashed worker) is an ERROR row, and so is a profile that failed to
+    collect; the exit status is made non-zero to match."""
 
     def __init__(self) -> None:
-        self.results: list[ItemResult] = []
+        self.rows: dict[str, ItemResult] = {}  # by node id, in arrival order
+        self.expected: dict[str, None] = {}  # the collected parity items' node ids, in order
+        self.report_line = ""
+
+    @property
+    def results(self) -> list[ItemResult]:
+        return list(self.rows.values())
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        self.expected.update((i.nodeid, None) for i in items if isinstance(i, ParityItem))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
+        self.expected.update((i, None) for i in ids if _is_parity_id(i))
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed and _is_parity_id(report.nodeid):
+            self.rows[report.nodeid] = _item_row(report.nodeid, f"the profile failed to collect: {_short(report)}")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when != "call":
+        if not _is_parity_id(report.nodeid):
             return
-        for key, value in report.user_properties:
-            if key == "parity":
-                self.results.append(ItemResult(**json.loads(value)))
+        if report.when == "call":
+            for key, value in report.user_properties:
+                if key == "parity":
+                    self.rows[report.nodeid] = ItemResult(**json.loads(value))
+        if not report.failed:
+            return
+        row = self.rows.get(report.nodeid)
+        if row is None:
+            self.rows[report.nodeid] = _item_row(
+                report.nodeid, f"no result recorded, {report.when} failed: {_short(report)}"
+            )
+        elif report.when != "call":  # e.g. a teardown error after a recorded result
+            row.outcome, row.summary = "error", f"{row.summary}; then {report.when} failed: {_short(report)}"
 
-    def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-        if hasattr(config, "workerinput") or not self.results:  # xdist worker: the controller reports
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        config = session.config
+        if hasattr(config, "workerinput"):  # xdist worker: the controller reports
             return
-        terminalreporter.write_line("")
-        print_table(self.results)
-        skipped = scoped_out(sorted({r.model for r in self.results}))
-        if skipped:
-            backend = device_facts().backend
-            terminalreporter.write_line(f"not run on the {backend} backend (scenario backends): {', '.join(skipped)}")
-        if config.getoption("no_parity_report"):
+        for nodeid in self.expected:
+            if nodeid not in self.rows:
+                self.rows[nodeid] = _item_row(
+                    nodeid,
+                    "no result recorded: the item did not run to the end "
+                    "(interrupted, stopped early, or its worker crashed)",
+                )
+        if verdict(self.results) != "PASS" and session.exitstatus == pytest.ExitCode.OK and self.rows:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if config.getoption("no_parity_report") or not (self.rows or config.getoption("model")):
             return
-        models = sorted({r.model for r in self.results})
+        models = sorted({r.model for r in self.results} | set(_requested(config)))
         context = {
             "device": device_facts().as_dict(),
             "models": models,
             "harness_commit": harness_commit(),
             "provenance": {m: model_provenance(m) for m in models},
             "scoped_out": scoped_out(models),
+            "not_run_here": not_run_here(models),
+            "exit_status": int(session.exitstatus),
         }
         report = build_report(self.results, context, config.stash[_STARTED_KEY])
         target = config.getoption("parity_report")
-        path = write_report(report, Path(target) if target else None)
-        terminalreporter.write_line(f"parity report: {path}")
+        try:
+            path = write_report(report, Path(target) if target else None)
+        except FileExistsError:
+            self.report_line = f"error: the parity report {target} exists and is never replaced: name a new path"
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        except HarnessError as e:
+            self.report_line = f"error: {e}"
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        else:
+            self.report_line = f"parity report: {path}"
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+        if hasattr(config, "workerinput"):
+            return
+        if self.rows:
+            terminalreporter.write_line("")
+            print_table(self.results)
+        models = sorted({r.model for r in self.results} | set(_requested(config)))
+        backend = device_facts().backend
+        skipped = scoped_out(models)
+        if skipped:
+            terminalreporter.write_line(f"not run on the {backend} backend (scenario backends): {', '.join(skipped)}")
+        for model in not_run_here(models):
+            terminalreporter.write_line(f"{model}: not run on this backend ({backend}): no scenario of it runs here")
+        if self.report_line:
+            terminalreporter.write_line(self.report_line, red=self.report_line.startswith("error"))

@@ -7,6 +7,7 @@ leaves earlier reports intact.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,16 +50,30 @@ def verdict(results: list[ItemResult]) -> str:
     return "PASS" if all(r.outcome == "passed" for r in results) else "FAIL"
 
 
+def finite_json(value: Any) -> Any:
+    """`value` with every non-finite float written as a string ("NaN", "Infinity",
+    "-Infinity"): a report is strict JSON, and a string says what the number was."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    return value
+
+
 def build_report(results: list[ItemResult], context: dict[str, Any], started: dt.datetime) -> dict[str, Any]:
-    return {
-        "harness_version": HARNESS_VERSION,
-        "started": started.isoformat(timespec="seconds"),
-        "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "verdict": verdict(results),
-        "counts": {o: sum(r.outcome == o for r in results) for o in ("passed", "failed", "error")},
-        "context": context,
-        "results": [r.__dict__ for r in results],
-    }
+    return finite_json(
+        {
+            "harness_version": HARNESS_VERSION,
+            "started": started.isoformat(timespec="seconds"),
+            "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "verdict": verdict(results),
+            "counts": {o: sum(r.outcome == o for r in results) for o in ("passed", "failed", "error")},
+            "context": context,
+            "results": [r.__dict__ for r in results],
+        }
+    )
 
 
 def merge_reports(reports: list[dict[str, Any]], runs: dict[str, int]) -> dict[str, Any]:
@@ -79,6 +94,8 @@ def merge_reports(reports: list[dict[str, Any]], runs: dict[str, int]) -> dict[s
     context: dict[str, Any] = {}
     for report in reports:
         for key, value in report["context"].items():
+            if key == "exit_status":  # each run's own: `runs` holds them all
+                continue
             if key not in context:
                 context[key] = value
             elif isinstance(value, list):
@@ -104,11 +121,19 @@ def merge_reports(reports: list[dict[str, Any]], runs: dict[str, int]) -> dict[s
 
 
 def write_report(report: dict[str, Any], path: Path | None = None) -> Path:
+    """Create the report file (never replacing one); a failed write names the path."""
     if path is None:
         models = "-".join(sorted({r["model"] for r in report["results"]})) or "none"
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
         path = reports_dir() / f"parity-{models}-{stamp}.json"
-    atomic_create_json(path, report)
+    try:
+        atomic_create_json(path, report)
+    except FileExistsError as e:
+        if str(e.filename2) == str(path):  # the link onto an existing report: never replaced
+            raise
+        raise HarnessError(f"cannot write the parity report {path}: {e}") from e
+    except (OSError, ValueError) as e:
+        raise HarnessError(f"cannot write the parity report {path}: {e}") from e
     return path
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.errors import InTreeLoadError, OracleError, OracleVersionError
+from harness.errors import InTreeLoadError, InTreeRunError, OracleError, OracleVersionError
 from harness.paths import cache_root
 from harness.profile import GENERATION_OPTIONS
 from harness.progress import progress
@@ -134,6 +134,9 @@ class InTreeRunner:
             return self._run_batch(spec, forced, mode)
         rendered, prompt_ids = self.encode(spec)
         forced_tokens = forced.tokens if forced is not None else None
+        stop = set(self.tokenizer.eos_token_ids) if spec.get("stop") == "eos" else None
+        if stop is not None and forced_tokens is not None:
+            spec = spec | {"n_tokens": len(forced_tokens)}  # forced along the oracle's run, as long as it ran
         if spec.get("composition") is not None:
             from models.universal.composed import composed_steps
 
@@ -148,19 +151,39 @@ class InTreeRunner:
             )
             rows, tokens, infos = self._collect(steps, spec["n_tokens"])
             extra = {"step_info": infos}
+        elif decode == "compiled":
+            from models.universal.compiled import DecodeReport
+
+            report = DecodeReport()
+            steps = self._greedy(spec, prompt_ids, forced_tokens, compiled=True, report=report)
+            rows, tokens, _ = self._collect(steps, spec["n_tokens"], stop=stop)
+            if not report.compiled:  # never judge the eager loop under the compiled check's name
+                raise InTreeRunError(
+                    f"{spec['id']}: the compiled decode fell back to the eager loop ({'; '.join(report.reasons)})"
+                )
+            extra = {"compiled_variant": report.variant}
         else:
-            steps = self._greedy(spec, prompt_ids, forced_tokens, compiled=decode == "compiled")
-            rows, tokens, _ = self._collect(steps, spec["n_tokens"])
+            steps = self._greedy(spec, prompt_ids, forced_tokens)
+            rows, tokens, _ = self._collect(steps, spec["n_tokens"], stop=stop)
             extra = {}
+        if stop is not None:  # stream_generate's words for why the run ended
+            extra["finish_reason"] = "stop" if tokens and tokens[-1] in stop else "length"
         return self._record(spec, mode, rendered, prompt_ids, tokens, rows, extra)
 
     def _greedy(
-        self, spec: dict[str, Any], prompt_ids: list[int], forced_tokens: list[int] | None, compiled: bool = False
+        self,
+        spec: dict[str, Any],
+        prompt_ids: list[int],
+        forced_tokens: list[int] | None,
+        compiled: bool = False,
+        report: Any = None,
     ):
         from models.universal import greedy_steps
         from models.universal.compiled import compiled_greedy_steps
 
         options = {name: spec[name] for name in GENERATION_OPTIONS if spec.get(name) is not None}
+        if compiled:
+            options["report"] = report
         return (compiled_greedy_steps if compiled else greedy_steps)(
             self.model,
             prompt_ids,
@@ -170,7 +193,11 @@ class InTreeRunner:
             **options,
         )
 
-    def _collect(self, steps: Any, n_tokens: int, done: int = 0, total: int | None = None):
+    def _collect(
+        self, steps: Any, n_tokens: int, done: int = 0, total: int | None = None, stop: set[int] | None = None
+    ):
+        """Every step's logits row and token; with `stop` (EOS ids) the loop ends after the
+        first of them, as mlx-lm's stream_generate ends."""
         import mlx.core as mx
 
         rows, tokens, infos = [], [], []
@@ -180,6 +207,10 @@ class InTreeRunner:
             tokens.append(int(step.token))
             infos.append(dict(getattr(step, "info", {}) or {}))
             progress.step(label, done + len(tokens), total or n_tokens, started)
+            if stop is not None and tokens[-1] in stop:
+                break
+        if hasattr(steps, "close"):
+            steps.close()
         return rows, tokens, infos
 
     def _run_turns(self, spec: dict[str, Any], forced: ScenarioRecord | None, mode: str) -> ScenarioRecord:

@@ -31,7 +31,7 @@ from harness.compare import (
     compare_tokens,
     diff_vectors,
 )
-from harness.errors import HarnessError, NonDeterministicError, OracleError, OracleVersionError
+from harness.errors import GoldenError, HarnessError, NonDeterministicError, OracleError, OracleVersionError
 from harness.localize import (
     Localization,
     can_localize,
@@ -291,6 +291,12 @@ class ParitySession:
         except HarnessError as e:
             self._golden_errors[profile.name] = e
             raise
+        except Exception as e:  # ENOSPC, a vanished interpreter: reported once, the oracle not re-run per check
+            error = GoldenError(
+                f"the goldens of {profile.name} could not be made or read: {type(e).__name__}: {e}; nothing compared"
+            )
+            self._golden_errors[profile.name] = error
+            raise error from e
 
     def _load_goldens(self, profile: Profile, regenerate: bool) -> dict[str, Golden]:
         lock = cache_root() / "locks" / f"goldens-{profile.name}.lock"
@@ -304,8 +310,11 @@ class ParitySession:
                 except HarnessError as e:
                     self._scenario_errors[(profile.name, scenario.id)] = e
                     continue
+                if regenerate:  # an unreadable manifest is about to be rewritten: it is not read
+                    todo.append(scenario)
+                    continue
                 status = store.status(profile.name, scenario.id, self.provenance(profile, scenario))
-                if regenerate or status is GoldenStatus.ABSENT:
+                if status is GoldenStatus.ABSENT:
                     todo.append(scenario)
                 elif status is GoldenStatus.STALE:
                     raise store.stale_error(profile.name, scenario.id, self.provenance(profile, scenario))
@@ -373,6 +382,10 @@ class ParitySession:
                 compact=profile.golden.compact if scenario.id not in expected_blobs else None,
             )
 
+    def scenario_errors(self, profile_name: str) -> dict[tuple[str, str], HarnessError]:
+        """The scenarios of a profile whose golden could not be had (their oracle failed them)."""
+        return {k: e for k, e in self._scenario_errors.items() if k[0] == profile_name}
+
     def golden(self, profile: Profile, scenario: Scenario) -> Golden:
         goldens = self.goldens(profile)
         if (profile.name, scenario.id) in self._scenario_errors:
@@ -397,8 +410,9 @@ class ParitySession:
         if mode == "compiled":
             if key not in self._records:
                 spec = runnable_spec(profile.scenario_spec(scenario))
-                record = self.runner(profile).run(spec, decode="compiled")
+                record, repeat = (self.runner(profile).run(spec, decode="compiled") for _ in range(2))
                 record.validate(f"in-tree record {profile.name}/{spec['id']} (compiled decode)")
+                check_deterministic(f"{profile.name}/{scenario.id} (compiled decode)", record, repeat)
                 self._records[key] = record
             return self._records[key]
         if (profile.name, scenario.id, "free") not in self._records:
@@ -575,7 +589,9 @@ def decide_by_digest(check: str, golden: ScenarioRecord, actual: ScenarioRecord)
     check needs the full vectors (a difference to explain)."""
     if check in _GATE_ROWS:
         rows = list(_GATE_ROWS[check](golden))
-        if actual.logits.ndim != 2 or actual.logits.shape[1:] != (golden.compact.vocab,):
+        if not rows or actual.logits.ndim != 2 or actual.logits.shape[1:] != (golden.compact.vocab,):
+            return None  # the full comparison says what is wrong (nothing to compare is an error there)
+        if actual.logits.shape[0] != len(golden.compact.row_sha256):
             return None
         if golden.compact.mismatches(actual.logits, rows, actual.row_hashes()) or actual.tokens != golden.tokens:
             return None
@@ -636,8 +652,12 @@ def model_provenance(name: str) -> dict[str, Any]:
         except HarnessError as e:
             goldens[scenario.id] = {"error": str(e)}
             continue
-        manifest = store.read_manifest(profile.name, scenario.id) or {}
         path = store.manifest_path(profile.name, scenario.id)
+        try:
+            manifest = store.read_manifest(profile.name, scenario.id) or {}
+        except HarnessError as e:  # the check itself reports it; the report is still written
+            goldens[scenario.id] = {"manifest": str(path), "error": str(e)}
+            continue
         goldens[scenario.id] = {
             "manifest": str(path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path),
             "tier": profile.tier_of(scenario),

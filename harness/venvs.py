@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.metadata
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -109,13 +111,68 @@ def nodeps_pins_path(oracle: str) -> Path:
     return oracles_dir() / oracle / "requirements-nodeps.txt"
 
 
+NODEPS_MARKER = "# --no-deps"  # where the second pin file starts in read_pins' text
+
+
 def read_pins(oracle: str) -> str:
     """Everything the venv is built from: both pin files (the second marked as such)."""
     pins = pins_path(oracle).read_text()
     nodeps = nodeps_pins_path(oracle)
     if nodeps.is_file():
-        pins += "\n# --no-deps\n" + nodeps.read_text()
+        pins += f"\n{NODEPS_MARKER}\n" + nodeps.read_text()
     return pins
+
+
+def normalized_pins(pins: str) -> str:
+    """The pins as pip reads them: comments, blank lines and surrounding whitespace dropped
+    (the marker between the two files kept), so editing a comment builds no new venv and
+    stales no golden."""
+    lines = []
+    for line in pins.splitlines():
+        if line.strip() == NODEPS_MARKER:
+            lines.append(NODEPS_MARKER)
+            continue
+        line = re.sub(r"(^|\s)#.*$", "", line).strip()  # pip's comment rule: '#' at the start or after a space
+        if line:
+            lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def pinned_mlx(pins: str) -> list[str]:
+    """The exact mlx versions the pins install on this platform (markers evaluated)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    versions = []
+    for line in normalized_pins(pins).splitlines():
+        if line.startswith("-") or line == NODEPS_MARKER:
+            continue
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.name.lower() in ("mlx", "mlx-cpu", "mlx-metal", "mlx-cuda") and (
+            req.marker is None or req.marker.evaluate()
+        ):
+            versions += [spec.version for spec in req.specifier if spec.operator == "=="] or ["(not pinned exactly)"]
+    return versions
+
+
+def check_mlx_pin(oracle: str, pins: str, project_mlx: str | None) -> None:
+    """Before a venv is built: an MLX oracle pins exactly the project's mlx, an mlx-free one none."""
+    versions = pinned_mlx(pins)
+    if oracle_family(oracle) != "mlx":
+        if versions:
+            raise OracleVersionError(
+                f"oracle {oracle}: {pins_path(oracle)} pins mlx {versions}: it must run without mlx"
+            )
+        return
+    wrong = [v for v in versions if v != project_mlx]
+    if not versions or wrong:
+        found = ", ".join(versions) or "no exact mlx pin"
+        raise OracleVersionError(
+            f"oracle {oracle}: its pins install mlx {found} on this platform, the project runs mlx {project_mlx}: "
+            f"pin mlx=={project_mlx} in {pins_path(oracle)} (nothing was built)"
+        )
 
 
 def pins_hash(
@@ -126,7 +183,7 @@ def pins_hash(
 ) -> str:
     """Hash of what determines the venv: the pins and the interpreter they install into (by
     default this one; a golden's own interpreter for a freshness check of tracked goldens)."""
-    basis = f"{pins}\n{tuple(python)}\n{machine}\n{system}"
+    basis = f"{normalized_pins(pins)}\n{tuple(python)}\n{machine}\n{system}"
     return hashlib.sha256(basis.encode()).hexdigest()[:16]
 
 
@@ -154,14 +211,33 @@ def ensure_oracle_env(oracle: str) -> OracleEnv:
     root = cache_root() / "venvs" / f"{oracle}-{digest}"
     env = OracleEnv(name=oracle, root=root, pins_hash=digest, pins=pins)
     marker = root / ".complete"
-    if marker.exists():
+
+    def usable(say: bool) -> bool:  # finished, and its interpreter still runs
+        if not marker.exists():
+            return False
+        if os.access(env.python, os.X_OK) and subprocess.run([str(env.python), "-I", "-c", ""]).returncode == 0:
+            return True
+        if say:
+            progress.say(f"oracle venv {root} is broken (its interpreter {env.python} does not run): building it again")
+        marker.unlink(missing_ok=True)
+        return False
+
+    if usable(say=True):
         return env
     (cache_root() / "locks").mkdir(parents=True, exist_ok=True)
     with FileLock(str(cache_root() / "locks" / f"venv-{oracle}-{digest}.lock")):
-        if marker.exists():  # another process built it while we waited
+        if usable(say=False):  # another process built (or mended) it while we waited
             return env
+        check_mlx_pin(oracle, pins, _project_mlx())  # before minutes of building, not after
         _build(env)
     return env
+
+
+def _project_mlx() -> str | None:
+    try:
+        return importlib.metadata.version("mlx")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _build(env: OracleEnv) -> None:
@@ -179,6 +255,7 @@ def _build(env: OracleEnv) -> None:
     (tmp / ".complete").write_text(env.pins_hash + "\n")
     # A venv's scripts hold absolute paths, so it is built at a temporary path and moved;
     # `python -I script` and `-m` still work from the new place (pyvenv.cfg is relative to it).
+    shutil.rmtree(env.root, ignore_errors=True)  # a broken one being replaced
     os.replace(tmp, env.root)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -36,7 +37,10 @@ def test_malformed_profile_exits_non_zero_naming_file_and_key(isolated: Path) ->
     out = harness_cli("parity", "--model", "tiny")
     assert out.returncode != 0
     assert f"{path}: tier: expected one of 'L1' | 'L2', got 'gold'" in out.stdout
-    assert not list((isolated / "reports").iterdir())
+    (report,) = (isolated / "reports").iterdir()  # the profile's collection error is the report's one row
+    data = json.loads(report.read_text())
+    assert data["verdict"] == "FAIL" and [r["outcome"] for r in data["results"]] == ["error"]
+    assert not list((isolated / "goldens").rglob("*.json"))
 
 
 def test_missing_artifact_exits_non_zero_and_writes_no_golden(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:

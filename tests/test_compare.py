@@ -134,6 +134,11 @@ def test_token_flips_are_classified_as_near_ties_or_not() -> None:
     # Same logits bit for bit, a different choice: a decoding rule, not arithmetic.
     rule = compare_tokens("greedy_tokens", oracle, record([[1.0, 1.001, 0.0]], [0]))
     assert not rule.passed and not rule.details["flip"]["near_tie"] and "not a near-tie" in rule.summary
+    # A NaN on either side is named as such, never labelled a decoding rule.
+    nan = compare_tokens("greedy_tokens", oracle, record([[float("nan"), 1.001, 0.0]], [0]))
+    flip = nan.details["flip"]
+    assert not nan.passed and not flip["near_tie"] and flip["non_finite"] == ["in-tree"]
+    assert "non-finite logits on the in-tree side" in nan.summary and "decoding rule" not in nan.summary
 
 
 def test_eos_stop_is_judged_per_segment() -> None:
@@ -147,3 +152,35 @@ def test_eos_stop_is_judged_per_segment() -> None:
     assert compare_eos("eos_stop", record([0, 2, 0, 0, 0, 2]), record([0, 2, 0, 0, 0, 2])).passed
     late = compare_eos("eos_stop", record([0, 2, 0, 0, 0, 2]), record([0, 2, 0, 0, 0, 0]))
     assert not late.passed and "batch row 1" in late.summary, late.summary
+
+
+def test_nothing_to_compare_is_an_error_never_a_pass() -> None:
+    """Issue 15 part 2: no rows, no tokens, no prompt, no transcript: an error, not a pass."""
+    from harness.compare import compare_json
+    from harness.errors import NothingComparedError
+
+    empty = record(np.zeros((0, 4), dtype=np.float32), [])
+    with pytest.raises(NothingComparedError, match="decode_logits: nothing to compare: the golden has no logits rows"):
+        compare_steps("decode_logits", empty, empty, [])
+    with pytest.raises(NothingComparedError, match="greedy_tokens: nothing to compare: the golden has no tokens"):
+        compare_tokens("greedy_tokens", empty, empty)
+    no_prompt = record(np.zeros((1, 4), dtype=np.float32), [1])
+    no_prompt.prompt_ids = []
+    with pytest.raises(NothingComparedError, match="prompt_identity: nothing to compare"):
+        compare_prompt("prompt_identity", no_prompt, no_prompt)
+    for value in (None, [], {}):
+        with pytest.raises(NothingComparedError, match="transcript: nothing to compare: the golden has no transcript"):
+            compare_json("transcript", "transcript", value, value)
+    assert compare_json("t", "t", [], [], allow_empty=True).passed
+
+
+def test_a_longer_in_tree_trajectory_fails_the_logits_gates() -> None:
+    """Equal lengths, not at least: extra in-tree rows are a wrong tensor even when every
+    judged row is identical."""
+    rng = np.random.default_rng(0)
+    golden = record(rng.standard_normal((3, 5)).astype(np.float32), [1, 2, 3])
+    longer = record(np.concatenate([golden.logits, golden.logits[:1]]), [1, 2, 3, 1])
+    result = compare_steps("decode_logits", golden, longer, golden.decode_rows())
+    assert not result.passed and "in-tree produced 4 logits rows, the oracle 3" in result.summary
+    assert not compare_tokens("greedy_tokens", golden, longer).passed
+    assert compare_steps("decode_logits", golden, golden, golden.decode_rows()).passed

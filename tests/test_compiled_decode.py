@@ -171,3 +171,56 @@ def test_imprecise_attention_softmax_is_caught_in_bfloat16(
     prompt = LONG_PROMPT[:20]
     eager = list(greedy_steps(mini_bf16, prompt, 3))
     assert differing_steps(eager, list(compiled_greedy_steps(mini_bf16, prompt, 3))) != []
+
+
+# -- compiled_decode through the session (issue 15 part 2) ------------------------------------
+
+
+def _think_default(session: ParitySession):
+    profile = session.profile(FP32)
+    return profile, next(s for s in profile.scenarios if s.id == "think-default")
+
+
+def test_compiled_decode_check_fails_through_the_session_on_a_perturbed_trace(
+    monkeypatch: pytest.MonkeyPatch, fresh_traces: None
+) -> None:
+    session = ParitySession()
+    profile, scenario = _think_default(session)
+    assert session.run_check(profile, scenario, "compiled_decode").passed
+    session = ParitySession()
+    rope = compiled.apply_rope
+    monkeypatch.setattr(compiled, "_decoders", {})
+    monkeypatch.setattr(compiled, "apply_rope", lambda layer, q, k, offset: rope(layer, q, k, offset + 1))
+    result = session.run_check(profile, scenario, "compiled_decode")
+    assert not result.passed and result.first_bad_step is not None, result.summary
+
+
+def test_a_compiled_decode_that_falls_back_to_the_eager_loop_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.errors import InTreeRunError
+
+    monkeypatch.setattr(compiled, "eager_only_reasons", lambda *a: ["a cache kind not compiled (test)"])
+    session = ParitySession()
+    profile, scenario = _think_default(session)
+    with pytest.raises(InTreeRunError, match="fell back to the eager loop .a cache kind not compiled"):
+        session.run_check(profile, scenario, "compiled_decode")
+
+
+def test_the_compiled_run_is_checked_for_determinism(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.errors import NonDeterministicError
+    from harness.runners import InTreeRunner
+
+    run, calls = InTreeRunner.run, []
+
+    def flaky(self, spec, forced=None, decode="eager"):
+        record = run(self, spec, forced=forced, decode=decode)
+        calls.append(decode)
+        if decode == "compiled" and calls.count("compiled") == 2:
+            record.logits = record.logits.copy()
+            record.logits[3, 7] = np.nextafter(record.logits[3, 7], np.float32(np.inf))
+        return record
+
+    monkeypatch.setattr(InTreeRunner, "run", flaky)
+    session = ParitySession()
+    profile, scenario = _think_default(session)
+    with pytest.raises(NonDeterministicError):
+        session.run_check(profile, scenario, "compiled_decode")

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 # The scenarios each model's profile must carry (the issues' acceptance lists).
 REQUIRED_SCENARIOS = {
-    "smollm2-135m": {"plain", "chat", "multi-turn", "chunked-prefill"},
+    "smollm2-135m": {"plain", "chat", "chat-stops-at-eos", "multi-turn", "chunked-prefill"},
     "minicpm5-2b-mini": {
         "think-default",
         "think-on",
@@ -31,6 +31,7 @@ REQUIRED_SCENARIOS = {
         "tool-call",
         "eos-im-end",
         "eos-s",
+        "eos-s-stops",
         "kv8-converts-mid-decode",
         "kv4-from-prefill",
         "rotating-kv",
@@ -78,7 +79,13 @@ def test_make_parity_passes_in_both_modes(model: str, tmp_path: Path) -> None:
         if "decode_logits" in checks:
             decode = checks["decode_logits"]["details"]["per_step"]
             assert all(s["n_differing"] == 0 for s in decode)
-        if profile.implementation == "universal-llama":
+        if profile.implementation == "universal-llama" and scenario.stop is not None:
+            # Stopped at EOS inside the budget (both sides): every row up to the stop was judged.
+            forced = len(checks["teacher_forced_logits"]["details"]["per_step"])
+            assert forced < profile.steps(scenario) + 1, scenario.id
+            assert "both runs stop at EOS" in checks["eos_stop"]["summary"], checks["eos_stop"]["summary"]
+            assert len(checks["decode_logits"]["details"]["per_step"]) == forced - 1
+        elif profile.implementation == "universal-llama":
             # Every row was judged: the prefill row and all decode steps of every turn / batch row.
             rows = profile.expected_rows(scenario)
             segments = rows // (profile.steps(scenario) + 1)

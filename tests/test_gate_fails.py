@@ -90,3 +90,25 @@ def test_a_fault_that_starts_mid_decode_is_located_at_its_step() -> None:
         where = result.details["localization"]
         assert where["module"] is None and where["row"] == first_bad, where
         assert "outside the model graph" in result.summary
+
+
+def test_a_run_that_does_not_stop_at_eos_fails_eos_stop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`stop: eos` (issue 15): an in-tree loop that ignores EOS runs its full step budget; the
+    oracle's stream_generate stopped at step 7. eos_stop says so, and the logits gates see a
+    longer trajectory as a wrong tensor, not as 8 identical rows."""
+    from harness.runners import InTreeRunner
+
+    collect = InTreeRunner._collect
+    monkeypatch.setattr(
+        InTreeRunner, "_collect", lambda self, steps, n, *a, stop=None, **k: collect(self, steps, n, *a, **k)
+    )
+    results = judge(None, "chat-stops-at-eos", "eos_stop", "decode_logits", "greedy_tokens")
+    eos = results["eos_stop"]
+    assert not eos.passed and "oracle after 8 tokens (stop), in-tree after 33 tokens (length)" in eos.summary, (
+        eos.summary
+    )
+    assert (
+        not results["decode_logits"].passed
+        and "in-tree produced 33 logits rows, the oracle 8" in results["decode_logits"].summary
+    )
+    assert not results["greedy_tokens"].passed

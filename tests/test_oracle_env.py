@@ -11,7 +11,7 @@ import pytest
 from harness.errors import OracleError, OracleVersionError
 from harness.paths import oracles_dir
 from harness.runners import OracleRunner
-from harness.venvs import MLX_FREE_ORACLES, OracleEnv, check_same_mlx, pins_hash
+from harness.venvs import MLX_FREE_ORACLES, NODEPS_MARKER, OracleEnv, check_same_mlx, pins_hash, read_pins
 from tests.conftest import write_profile
 from tests.fakes import fake_session
 
@@ -49,10 +49,39 @@ def test_golden_from_another_mlx_is_not_compared(isolated: Path) -> None:
         fake_session(isolated).goldens(session.profile("tiny"))
 
 
-def test_pins_change_the_venv_key() -> None:
+def test_pins_change_the_venv_key_and_comments_do_not() -> None:
     pins = (oracles_dir() / "mlx-lm" / "requirements.txt").read_text()
-    assert pins_hash(pins) == pins_hash(pins)
     assert pins_hash(pins) != pins_hash(pins.replace("mlx-lm==0.32.2", "mlx-lm==0.32.1"))
+    assert "#" in pins
+    edited = "# a new comment line\n\n" + pins.replace("mlx-lm==0.32.2", "  mlx-lm==0.32.2   # the oracle") + "\n\n"
+    assert pins_hash(edited) == pins_hash(pins)  # comments, blank lines, spaces: the same venv
+    nodeps = read_pins("mlx-whisper")
+    moved = nodeps.replace("\nmlx-whisper==0.4.3", "").replace(NODEPS_MARKER, "mlx-whisper==0.4.3\n" + NODEPS_MARKER)
+    assert pins_hash(moved) != pins_hash(nodeps)  # which file a pin is in still counts
+
+
+def test_the_mlx_pin_is_checked_before_a_venv_is_built(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wrong mlx pin is refused before minutes of pip, naming the file and both versions."""
+    import harness.venvs as venvs
+
+    tracked = {oracle: read_pins(oracle) for oracle in ("mlx-lm", "mlx-optiq", "mlx-whisper")}
+    for oracle, pins in tracked.items():
+        venvs.check_mlx_pin(oracle, pins, "0.32.4")  # the tracked pins pass
+    with pytest.raises(OracleVersionError, match="no exact mlx pin"):
+        venvs.check_mlx_pin("mlx-lm", "mlx-lm==0.32.2\n", "0.32.4")
+    with pytest.raises(OracleVersionError, match="it must run without mlx"):
+        venvs.check_mlx_pin("silero-vad", "mlx==0.32.4\n", "0.32.4")
+    monkeypatch.setattr(venvs, "_build", lambda env: pytest.fail("built a venv with a wrong mlx pin"))
+    oracles = isolated / "oracles"
+    (oracles / "mlx-lm").mkdir(parents=True)
+    (oracles / "mlx-lm" / "requirements.txt").write_text(tracked["mlx-lm"].replace("==0.32.4", "==0.31.0"))
+    monkeypatch.setattr(venvs, "oracles_dir", lambda: oracles)
+    with pytest.raises(
+        OracleVersionError,
+        match=r"oracle mlx-lm: its pins install mlx 0.31.0 on this platform, the project runs mlx 0.32.4: "
+        r"pin mlx==0.32.4 in .*mlx-lm/requirements.txt \(nothing was built\)",
+    ):
+        venvs.ensure_oracle_env("mlx-lm")
 
 
 # Oracles that compute with PyTorch (judged on tokens, or within a declared tolerance).
@@ -113,3 +142,15 @@ def test_built_torch_venvs_hold_no_cuda(oracle: str) -> None:
     facts = json.loads(subprocess.run(cmd, capture_output=True, text=True, env=run_env, check=True).stdout)
     assert "torch" in facts["dists"] and facts["cuda"] is None
     refuse_cuda_torch(oracle, env.root, facts["dists"], "installed", cuda=facts["cuda"])
+
+
+def test_a_venv_whose_interpreter_vanished_is_built_again(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import harness.venvs as venvs
+
+    built = []
+    monkeypatch.setattr(venvs, "_build", lambda env: built.append(env.root))
+    root = isolated / "cache" / "venvs" / f"mlx-lm-{pins_hash(read_pins('mlx-lm'))}"
+    (root / "bin").mkdir(parents=True)
+    (root / ".complete").write_text("x\n")  # finished once; its interpreter is gone since
+    venvs.ensure_oracle_env("mlx-lm")
+    assert built == [root] and not (root / ".complete").exists()

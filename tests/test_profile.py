@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import ProfileError, UnknownModelError
+from harness.paths import REPO_ROOT
 from harness.profile import L1_CHECKS, find_profile, load_profile
 from tests.conftest import VALID_PROFILE, write_profile
 
@@ -166,3 +167,35 @@ def test_compiled_decode_is_for_plain_and_chat_scenarios(isolated: Path) -> None
     turns = "  - id: two\n    turns:\n      - [{role: user, content: a}]\n      - [{role: user, content: b}]\n"
     with pytest.raises(ProfileError, match="compiled_decode runs plain and chat scenarios only"):
         load_profile(write_profile(isolated, text=text + turns + "    checks: [compiled_decode]\n"))
+    for option in ("kv_bits: 8", "max_kv_size: 16"):
+        eager = text.replace("    checks: [compiled_decode]\n", f"    checks: [compiled_decode]\n    {option}\n")
+        with pytest.raises(
+            ProfileError, match=f"compiled_decode with {option.split(':')[0]}: that cache is not compiled"
+        ):
+            load_profile(write_profile(isolated, text=eager))
+
+
+def test_audio_paths_must_resolve_inside_the_repository(isolated: Path) -> None:
+    depth = len(REPO_ROOT.resolve().parts) - 1
+    escape = "../" * depth + "etc/passwd"  # a file that exists, outside the repository
+    text = SPEECH_PROFILE.format(extra="    checks: [mel]").replace("fixtures/audio/fox.wav", escape)
+    with pytest.raises(ProfileError, match=r"scenarios\[0\]\.audio: .* outside the repository"):
+        load_profile(write_profile(isolated, text=text))
+    inside = SPEECH_PROFILE.format(extra="    checks: [mel]").replace(
+        "fixtures/audio/fox.wav", "fixtures/../fixtures/audio/fox.wav"
+    )
+    assert load_profile(write_profile(isolated, text=inside)).scenarios[0].audio
+
+
+def test_stop_at_eos_is_for_plain_and_chat_scenarios_judged_by_mlx_lm(isolated: Path) -> None:
+    text = VALID_PROFILE.format(name="tiny").replace('    prompt: "Hello"\n', '    prompt: "Hello"\n    stop: eos\n')
+    profile = load_profile(write_profile(isolated, text=text))
+    plain = profile.scenarios[0]
+    assert profile.scenario_spec(plain)["stop"] == "eos" and "stop" not in profile.scenario_spec(profile.scenarios[1])
+    assert profile.expected_rows(plain) is None  # the run decides where it ends
+    turns = "  - id: two\n    stop: eos\n    turns:\n"
+    turns += "      - [{role: user, content: a}]\n      - [{role: user, content: b}]\n"
+    with pytest.raises(ProfileError, match=r"\.stop: only plain and chat scenarios stop at EOS"):
+        load_profile(write_profile(isolated, text=text + turns))
+    with pytest.raises(ProfileError, match=r"stop: expected one of 'eos', got 'newline'"):
+        load_profile(write_profile(isolated, text=text.replace("stop: eos", "stop: newline")))

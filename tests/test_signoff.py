@@ -33,8 +33,8 @@ import pytest
 import yaml
 
 from harness import HARNESS_VERSION
-from harness.paths import REPO_ROOT
 from harness.errors import HarnessError
+from harness.paths import REPO_ROOT
 from harness.report import ItemResult, build_report, merge_reports
 from harness.signoff.cli import sign_off
 from harness.signoff.model import BLOCKED, SIGNED_OFF, ParityReport
@@ -387,7 +387,9 @@ def test_missing_model_no_checks_and_abnormal_exit_block(tmp_path: Path) -> None
     assert _signoff(_report(), [], tmp_path / "5")["blockers"][0]["reason"] == "no checks ran"
 
 
-def test_signoff_runs_each_profile_in_its_own_process_and_merges(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_signoff_runs_each_profile_in_its_own_process_and_merges(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Issue 14 part 5: one parity child per profile (so peak memory is the largest profile's),
     reports merged; a run that fails or writes nothing blocks under its own name."""
     from harness.signoff import cli
@@ -467,6 +469,11 @@ def test_glob_parts_do_not_span_slashes() -> None:
             "[1].check: 'a/b/c' is already waived by entry [0]",
         ),
         ("- {check: [a, b, c", "not valid YAML"),
+        ("- {check: '*/*/*', reason: r, owner: o, expires: 2027-01-01}", "[0].check: the model part must name a model"),
+        (
+            "- {check: 'm/*/?*', reason: r, owner: o, expires: 2027-01-01}",
+            "[0].check: the check part must name a check",
+        ),
     ],
 )
 def test_malformed_waivers_name_file_entry_and_key(tmp_path: Path, text: str, error: str) -> None:

@@ -17,9 +17,10 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 import pytest
+import yaml
 
 from harness import vad_gate
-from harness.errors import ArtifactError, GoldenError
+from harness.errors import ArtifactError, GoldenError, StaleGoldenError
 from harness.vad_gate import ensure_goldens, gate_fixture, load_vad_profile, resolve_vad_weights
 from models.vad import (
     SileroVAD,
@@ -281,7 +282,7 @@ def test_torchscript_reader_refuses_foreign_globals(tmp_path):
 # -- golden store: stale and unreproducible goldens --------------------------------------------
 
 
-def test_stale_golden_is_regenerated_and_unreproducible_blob_is_an_error(profile, goldens, tmp_path, monkeypatch):
+def test_stale_golden_is_an_error_and_unreproducible_blob_is_an_error(profile, goldens, tmp_path, monkeypatch):
     root = tmp_path / "goldens"
     src = goldens["fox.wav"].manifest_path
     dst = root / profile.name / src.parent.name / src.name  # the same golden key's folder
@@ -290,7 +291,10 @@ def test_stale_golden_is_regenerated_and_unreproducible_blob_is_an_error(profile
     manifest["provenance"]["generator_sha256"] = "0" * 64  # an older generator
     dst.write_text(json.dumps(manifest))
     monkeypatch.setattr(vad_gate, "goldens_dir", lambda: root)
-    again = ensure_goldens(profile, ["fox.wav"])["fox.wav"]
+    with pytest.raises(StaleGoldenError, match=r"stale golden .*generator_sha256.*make vad ARGS=--update"):
+        ensure_goldens(profile, ["fox.wav"])
+    assert json.loads(dst.read_text()) == manifest  # nothing rewritten
+    again = ensure_goldens(profile, ["fox.wav"], update=True)["fox.wav"]  # what `make vad ARGS=--update` does
     assert again.regenerated
     assert np.array_equal(again.probs.view(np.uint32), goldens["fox.wav"].probs.view(np.uint32))
     # a tracked manifest whose blob is absent must be reproduced exactly
@@ -300,3 +304,16 @@ def test_stale_golden_is_regenerated_and_unreproducible_blob_is_an_error(profile
     with pytest.raises(GoldenError, match=r"not reproducible.*golden key cpu-.*torch.*make vad ARGS=--update"):
         ensure_goldens(profile, ["fox.wav"])
     shutil.rmtree(root)
+
+
+def test_an_empty_fixture_list_is_a_profile_error(tmp_path: Path) -> None:
+    """Nothing to gate is an error, not a pass (issue 15)."""
+    from harness.errors import ProfileError
+    from harness.paths import profiles_dir
+
+    data = yaml.safe_load((profiles_dir() / "vad" / "silero-vad.yaml").read_text())
+    for empty in ([], None):
+        path = tmp_path / "silero-vad.yaml"
+        path.write_text(yaml.safe_dump(data | {"fixtures": empty}))
+        with pytest.raises(ProfileError, match=r"fixtures: expected a non-empty list of WAV files"):
+            load_vad_profile(path)

@@ -2,7 +2,8 @@
 
 The parity run is the ordinary `python -m harness parity`, one child process per profile,
 each writing its JSON report to a temporary path; the reports are merged into one. The
-sign-off adds no second way of running checks, only a reader of their results. `--from-report` skips the run and signs off an existing report.
+sign-off adds no second way of running checks, only a reader of their results.
+`--from-report` skips the run and signs off an existing report.
 Exit codes: 0 SIGNED OFF, 1 BLOCKED, 2 a harness error (bad waivers file, no report).
 """
 
@@ -37,7 +38,9 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     if args.from_report:
         if extra:
             raise HarnessError(f"--from-report runs nothing: unexpected parity arguments {extra}")
-        report, exit_code = ParityReport.load(Path(args.from_report)), None
+        report = ParityReport.load(Path(args.from_report))
+        # The run's own exit status, where the report records it (a crash outside any check).
+        exit_code = report.context.get("exit_status")
         machine = (report.signoff or {}).get("machine") or machine_facts() | {"source": "rendering host"}
         requested = args.model or sorted({r.model for r in report.results})
     else:

@@ -188,6 +188,8 @@ class Signoff:
     blockers: list[Blocker]
     waivers: list[WaiverUse]
     diff: ReportDiff | None
+    # Requested models of which no scenario runs on this backend: listed, not judged, not passed.
+    not_run_here: list[str] = field(default_factory=list)
 
     @property
     def counts(self) -> dict[str, int]:

@@ -106,6 +106,8 @@ def _verdict(doc: SignoffReport) -> str:
     chips = "".join(f'<span class="chip">{e(k)} {n}</span>' for k, n in s.counts.items())
     models = ", ".join(s.requested_models) or "none"
     blocking = f" · {len(s.blockers)} blocking (listed below the matrix)" if s.blockers else ""
+    if s.not_run_here:
+        blocking += f" · not run on this backend: {e(', '.join(s.not_run_here))}"
     return (
         f'<div id="verdict" class="{cls}"><span class="word">{e(s.verdict)}</span>'
         f"<span>{chips}</span><span>{len(s.checks)} checks · models: {e(models)}{blocking}</span></div>"

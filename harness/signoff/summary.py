@@ -32,8 +32,13 @@ def render_summary(doc: SignoffReport) -> str:
         f"- run {p.started} → {p.finished}; rendered {s.generated}",
         f"- models: {', '.join(s.requested_models) or 'none'}; {len(s.checks)} checks: {counts}",
         f"- artifacts: {_artifacts(doc)}",
-        "",
     ]
+    if s.not_run_here:
+        lines.append(f"- not run on this backend (no scenario of it runs here): {', '.join(s.not_run_here)}")
+    scoped = p.context.get("scoped_out") or []
+    if scoped:
+        lines.append(f"- scenarios not run on this backend ({len(scoped)}): {', '.join(scoped)}")
+    lines.append("")
     if s.blockers:
         lines += [f"## Blocking ({len(s.blockers)})", ""]
         lines += [f"- **{b.kind} `{b.subject}`**: {_cell(b.reason)}" for b in s.blockers]

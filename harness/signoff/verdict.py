@@ -4,7 +4,8 @@ The rules, in one place:
 - a passed check is PASS; a failed or erroring one is FAIL / ERROR, or WAIVED when an
   unexpired waiver matches it;
 - an expired waiver blocks, whatever it matches (and waives nothing);
-- a requested model without a single result blocks (its profile did not even collect);
+- a requested model without a single result blocks (its profile did not even collect),
+  unless no scenario of it runs on this backend: that one is listed as not run here;
 - a parity run that exited abnormally (pytest's 2..5), or with 1 while every check passed,
   blocks: something outside the checks went wrong. A sign-off runs one parity process per
   profile (the report's `runs`), and each run's code is judged with that profile's checks;
@@ -77,7 +78,9 @@ def evaluate(
         for w in waivers
     ]
     runs = report.context.get("runs") or {}
-    blockers = _blockers(checks, uses, requested_models or [], parity_exit_code, runs)
+    not_run_here = sorted(set(report.context.get("not_run_here") or []) & set(requested_models or []))
+    judged = [m for m in requested_models or [] if m not in not_run_here]
+    blockers = _blockers(checks, uses, judged, parity_exit_code, runs)
     return Signoff(
         verdict=BLOCKED if blockers else SIGNED_OFF,
         generated=generated,
@@ -90,6 +93,7 @@ def evaluate(
         blockers=blockers,
         waivers=uses,
         diff=diff_reports(report, previous[1], previous[0]) if previous else None,
+        not_run_here=not_run_here,
     )
 
 
@@ -119,7 +123,9 @@ def _blockers(
             if code not in (0, 1):
                 blockers.append(Blocker("run", model, f"its parity run exited with code {code}"))
             elif code == 1 and all(c.outcome == "passed" for c in own):
-                blockers.append(Blocker("run", model, "its parity run failed (exit code 1) although every check passed"))
+                blockers.append(
+                    Blocker("run", model, "its parity run failed (exit code 1) although every check passed")
+                )
     elif exit_code not in (None, 0, 1):
         blockers.append(Blocker("run", "parity", f"the parity run exited with code {exit_code}"))
     elif exit_code == 1 and all(c.outcome == "passed" for c in checks):

@@ -100,6 +100,12 @@ def _parse_entry(entry: Any, where: str) -> Waiver:
         raise WaiverError(
             f"{where}.check: expected 'model/scenario/check' (globs allowed in each part), got {entry['check']!r}"
         )
+    for name, part in (("model", parts[0]), ("check", parts[2])):
+        if not any(c.isalnum() for c in part):  # `*`, `?*`: a waiver of everything is no waiver
+            raise WaiverError(
+                f"{where}.check: the {name} part must name a {name} (a glob may narrow it, like 'whisper-*'), "
+                f"got {part!r} in {entry['check']!r}"
+            )
     return Waiver(check, entry["reason"].strip(), entry["owner"].strip(), _parse_date(entry["expires"], where))
 
 

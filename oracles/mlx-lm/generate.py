@@ -17,6 +17,10 @@ in the logits file and described in result.json:
   the full logit vector of each row sliced from the batched model call; row-major
   segments are listed under "rows".
 
+A scenario with `stop: eos` ends where mlx-lm's `stream_generate` (and so `generate`) ends
+it: at the first EOS id, the EOS token included, or after n_tokens. Its tokens are
+`stream_generate`'s own, checked against the logits run's, and `finish_reason` is recorded.
+
 Usage: python -I generate.py --spec spec.json --out DIR
 """
 
@@ -30,7 +34,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 from mlx_lm import load
-from mlx_lm.generate import BatchGenerator, generate_step
+from mlx_lm.generate import BatchGenerator, generate_step, stream_generate
 from mlx_lm.models.cache import RotatingKVCache, make_prompt_cache
 
 
@@ -118,7 +122,7 @@ def run_scenario(model, tokenizer, scenario):
     n_chunks = len(tap.rows) - (n_tokens + 1)
     rows = tap.rows[n_chunks : n_chunks + n_tokens]
     logits = np.stack([np.array(r.astype(mx.float32)).reshape(-1) for r in rows])
-    return {
+    meta = {
         "rendered_prompt": rendered,
         "prompt_ids": [int(t) for t in prompt_ids],
         "tokens": tokens,
@@ -126,7 +130,30 @@ def run_scenario(model, tokenizer, scenario):
         "logits_dtype": str(rows[0].dtype),
         "prefill_calls": n_chunks + 1,
         "cache_types": sorted({type(c).__name__ for c in cache}),
-    }, logits
+    }
+    if scenario.get("stop") == "eos":
+        return stop_as_stream_generate(model, tokenizer, scenario, prompt_ids, meta, logits)
+    return meta, logits
+
+
+def stop_as_stream_generate(model, tokenizer, scenario, prompt_ids, meta, logits):
+    """Where stream_generate stops, with its tokens: the logits run above computed the same
+    steps (generate_step underneath both), so its rows are cut to stream_generate's length."""
+    responses = list(
+        stream_generate(
+            model,
+            tokenizer,
+            mx.array(prompt_ids),
+            max_tokens=scenario["n_tokens"],
+            prompt_cache=make_cache(model, scenario),
+            prefill_step_size=scenario["prefill_step_size"],
+            **_generation_options(scenario, len(prompt_ids)),
+        )
+    )
+    tokens = [int(r.token) for r in responses]
+    if tokens != meta["tokens"][: len(tokens)]:
+        raise RuntimeError(f"stream_generate chose {tokens}, generate_step {meta['tokens'][: len(tokens)]}")
+    return meta | {"tokens": tokens, "finish_reason": responses[-1].finish_reason}, logits[: len(tokens)]
 
 
 def _generation_options(scenario, prompt_length):
