@@ -98,31 +98,32 @@ def _requested(config: pytest.Config) -> list[str]:
     return [m for value in config.getoption("model") for m in value.split(",") if m]
 
 
-def not_run_here(models: list[str]) -> list[str]:
-    """Of these models, those of which no scenario runs on this backend (all scoped elsewhere)."""
+def _loadable(models: list[str]) -> list[Profile]:
+    """The profiles of these models that load (one that does not is its own ERROR row)."""
     out = []
     for name in models:
         try:
-            profile = load_profile(available_profiles()[name])
+            out.append(load_profile(available_profiles()[name]))
         except (HarnessError, KeyError):
             continue
-        if profile.scenarios and not profile.active_scenarios(device_facts().backend):
-            out.append(name)
     return out
+
+
+def not_run_here(models: list[str]) -> list[str]:
+    """Of these models, those of which no scenario runs on this backend (all scoped elsewhere)."""
+    backend = device_facts().backend
+    return [p.name for p in _loadable(models) if p.scenarios and not p.active_scenarios(backend)]
 
 
 def scoped_out(models: list[str]) -> list[str]:
     """The scenarios of these models that this backend does not run (their `backends`)."""
-    out = []
-    for name in models:
-        try:
-            profile = load_profile(available_profiles()[name])
-        except (HarnessError, KeyError):
-            continue
-        for s in profile.scenarios:
-            if not profile.runs_on(s, device_facts().backend):
-                out.append(f"{name}/{s.id} ({'/'.join(s.backends)} only)")
-    return out
+    backend = device_facts().backend
+    return [
+        f"{p.name}/{s.id} ({'/'.join(s.backends)} only)"
+        for p in _loadable(models)
+        for s in p.scenarios
+        if not p.runs_on(s, backend)
+    ]
 
 
 class ProfileFile(pytest.File):
