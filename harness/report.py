@@ -109,11 +109,12 @@ def merge_reports(reports: list[dict[str, Any]], runs: dict[str, int]) -> dict[s
                 )
     context["runs"] = dict(runs)
     outcomes = [r["outcome"] for r in results]
+    items = [ItemResult(**r) for r in results]
     return {
         "harness_version": reports[0]["harness_version"],
         "started": min(r["started"] for r in reports),
         "finished": max(r["finished"] for r in reports),
-        "verdict": "NO CHECKS RAN" if not results else "PASS" if set(outcomes) == {"passed"} else "FAIL",
+        "verdict": verdict(items),
         "counts": {o: outcomes.count(o) for o in ("passed", "failed", "error")},
         "context": context,
         "results": results,
