@@ -36,10 +36,17 @@ def _parity(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _goldens(args: argparse.Namespace) -> int:
     from harness.session import ParitySession
+    from harness.vad_gate import available_vad_profiles, run_gate
 
     session = ParitySession()
     failed = 0
     for name in args.model:
+        if name in available_vad_profiles():  # a VAD profile: every fixture's golden, regenerated
+            if args.oracle:
+                raise SystemExit(f"{name}: a VAD profile has one oracle; --oracle does not apply")
+            for verdict in run_gate(update=True):
+                print(f"{name}/{verdict.fixture}: {verdict.chunks} chunks")
+            continue
         profile = session.profile(name)
         ids = {s.id for s in profile.scenarios}  # nightly ones too
         if args.oracle:
@@ -99,6 +106,15 @@ def _list() -> int:
                 tiers[key] = tiers.get(key, 0) + 1
             judged = ", ".join(f"{k} x{n}" for k, n in tiers.items())
             print(f"{name:28} {judged:34} {p.description}")
+        except HarnessError as e:
+            print(f"{name:24} INVALID: {e}")
+    from harness.vad_gate import VAD_TIER, available_vad_profiles, load_vad_profile
+
+    for name, path in available_vad_profiles().items():
+        try:
+            v = load_vad_profile(path)
+            judged = f"{VAD_TIER}:{v.oracle} x{len(v.fixtures)}"
+            print(f"{name:28} {judged:34} voice activity (profiles/vad/{path.name})")
         except HarnessError as e:
             print(f"{name:24} INVALID: {e}")
     return 0

@@ -1,23 +1,31 @@
-"""`python -m harness.calibrate --model NAME [--write]`: derive an L2 token budget from the oracle
-measured against itself under benign changes, and record the number with its derivation.
+"""`python -m harness.calibrate --model NAME [--write]`: calibrate the L2 fast-path gate: a token
+budget from the oracle measured against itself under benign changes, and a per-step logit-error
+bound from the fast path measured against the oracle's golden; `--write` records both.
 
-An L2 budget (the Whisper fast path's `composition.budget.max_differing_tokens`) says how many
-tokens per clip may differ from the oracle. Its origin is measured, not chosen: the oracle
-(mlx-whisper, in its venv: oracles/mlx-whisper/calibrate.py) transcribes each clip as the goldens
-do and again under each benign change (compiled kernels off, a batch of two, float16 compute).
-Per clip and change this counts the differing transcript tokens and explains the first divergence
-of every decode call: the reference's logit gap between the two competing tokens against the
-change's logit error on them (a near-tie when the error reaches the gap). The budget is the
-largest count over clips and changes whose every divergence is a near-tie; a divergence that is
-not one means the change was not benign, and calibration fails rather than widen a budget.
+Budget. The oracle (mlx-whisper, in its venv: oracles/mlx-whisper/calibrate.py) transcribes
+each clip as the goldens do and again under each benign change (compiled kernels off, a batch
+of two, float16 compute). Per clip and change this counts the differing transcript tokens and
+explains the first divergence of every decode call with `harness.compare.is_near_tie`. The
+budget is the largest count over clips and changes whose every divergence is a near-tie; a
+divergence that is not one means the change was not benign, and calibration fails rather than
+widen a budget.
 
-`--write` replaces the `budget:` line of each whisper-fast scenario in the profile with the
-derived number and its origin (command, date, device, per-change figures).
+Bound. Each whisper-fast scenario's fast path is run (free and teacher-forced on the golden,
+as the gate runs it); the gate's own measurement (`fastpath_gate.measure`) gives every
+teacher-forced step's largest |logit error| against the oracle. The fast path is deterministic
+on a golden key, so these numbers are its exact bound there. The run must pass the gate at
+the derived budget (near-ties, rules) or nothing is written.
+
+`--write` writes each whisper-fast scenario's calibration record (harness/fastpath_record.py:
+`goldens/<profile>/<key>/calibration/<scenario>.json`, hashed, with the origin: command, date,
+machine, commit, the fast path's source hashes, the per-change figures) and sets the profile's
+`budget: {"max_differing_tokens": N}` lines to the derived budget.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import difflib
 import json
@@ -30,7 +38,10 @@ from typing import Any
 
 import numpy as np
 
+from harness.artifacts import sha256_file
+from harness.compare import is_near_tie, margin_shift
 from harness.errors import HarnessError, OracleError
+from harness.fastpath_record import CalibrationRecord, golden_identity, write_record
 from harness.fileio import atomic_write_bytes
 from harness.paths import REPO_ROOT, cache_root, oracles_dir
 from harness.profile import Profile, find_profile, load_profile
@@ -62,19 +73,16 @@ def first_divergences(
         for step, (tr, tv) in enumerate(zip(r["chosen"], v["chosen"], strict=False)):
             if tr == tv:
                 continue
-            g = ref_rows[r["row_offset"] + step].astype(np.float64)
-            a = var_rows[v["row_offset"] + step].astype(np.float64)
-            gap = g[tr] - g[tv]
-            error = abs((a[tr] - g[tr]) - (a[tv] - g[tv]))
+            gap, error = margin_shift(ref_rows[r["row_offset"] + step], var_rows[v["row_offset"] + step], tr, tv)
             out.append(
                 {
                     "decode_call": index,
                     "step": step,
                     "reference_token": tr,
                     "variant_token": tv,
-                    "reference_gap": float(gap),
-                    "logit_error": float(error),
-                    "near_tie": bool(error >= abs(gap)),
+                    "reference_gap": gap,
+                    "logit_error": error,
+                    "near_tie": is_near_tie(gap, error),
                 }
             )
             break
@@ -166,12 +174,69 @@ def origin_text(summary: dict[str, Any], command: str, clips: list[str]) -> str:
     )
 
 
-def write_budget(profile: Profile, budget: int, origin: str) -> int:
-    """Replace the one-line `budget: {...}` of every whisper-fast scenario; returns how many."""
+FAST_PATH_SOURCES = ("models/whisper/fast.py", "models/whisper/fast_filters.py")
+
+
+@dataclasses.dataclass
+class FastRun:
+    """One whisper-fast scenario's fast path, as the gate runs it, and what `measure` found."""
+
+    path: Path  # where its calibration record goes
+    golden: Any
+    free: Any
+    forced: Any
+    record: CalibrationRecord  # budget still to be set
+
+    def judged(self, budget: int) -> tuple[CalibrationRecord, Any]:
+        from harness.fastpath_gate import check_token_budget
+
+        record = dataclasses.replace(self.record, budget=budget)
+        return record, check_token_budget(self.golden, self.free, self.forced, budget, record)
+
+
+def fast_runs(profile: Profile, scenario_ids: list[str] | None) -> dict[str, FastRun]:
+    """Every whisper-fast scenario runnable here (or those named): golden, free and
+    teacher-forced fast runs, and the per-step measurement its record keeps."""
+    from harness.fastpath_gate import measure
+    from harness.session import ParitySession
+
+    backend = device_facts().backend
+    fast = [s for s in profile.scenarios if profile.intree_composition(s) and profile.runs_on(s, backend)]
+    if scenario_ids is not None:
+        unknown = sorted(set(scenario_ids) - {s.id for s in fast})
+        if unknown:
+            raise HarnessError(
+                f"--scenarios: {unknown} are not whisper-fast scenarios of {profile.name} runnable on {backend}"
+            )
+        fast = [s for s in fast if s.id in scenario_ids]
+    if not fast:
+        raise HarnessError(f"{profile.name}: no whisper-fast scenario runnable on {backend}: nothing to calibrate")
+    session = ParitySession(selected_scenarios={profile.name: {s.id for s in fast}})  # nightly ones too
+    out = {}
+    for scenario in fast:
+        golden = session.full_golden(profile, scenario)
+        free = session.intree(profile, scenario, "free")
+        forced = session.intree(profile, scenario, "teacher_forced")
+        store = session.store(profile.oracle_of(scenario))
+        record = CalibrationRecord(
+            profile=profile.name,
+            scenario=scenario.id,
+            device_key=store.device_key,
+            golden=golden_identity(golden),
+            budget=-1,
+            steps=tuple(measure(golden, forced)["steps"]),
+            origin={},
+        )
+        out[scenario.id] = FastRun(store.calibration_path(profile.name, scenario.id), golden, free, forced, record)
+    return out
+
+
+def write_budget(profile: Profile, budget: int) -> int:
+    """Set the one-line `budget: {...}` of every whisper-fast scenario; returns how many."""
     path = Path(profile.source_file)
     text = path.read_text()
     pattern = re.compile(r"^(\s*)budget: \{.*\}\s*$", re.MULTILINE)
-    line = "budget: " + json.dumps({"max_differing_tokens": budget, "origin": origin})
+    line = "budget: " + json.dumps({"max_differing_tokens": budget})
     new, n = pattern.subn(lambda m: m.group(1) + line, text)
     expected = sum(1 for s in profile.scenarios if profile.intree_composition(s))
     if n != expected:
@@ -191,7 +256,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", required=True)
     parser.add_argument("--clips", help="comma-separated scenario ids whose audio to use (default: every clip once)")
     parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help="of no-compile, batch2, fp16")
-    parser.add_argument("--write", action="store_true", help="write the derived budget into the profile")
+    parser.add_argument(
+        "--scenarios", help="comma-separated whisper-fast scenarios to calibrate (default: every one runnable here)"
+    )
+    parser.add_argument(
+        "--write", action="store_true", help="write each scenario's calibration record and the profile's budget"
+    )
     args = parser.parse_args(argv)
     try:
         from harness.artifacts import resolve_artifact
@@ -210,6 +280,16 @@ def main(argv: list[str] | None = None) -> int:
         if wanted is not None and len(clips) != len(wanted):
             raise HarnessError(f"--clips: unknown or duplicate-audio scenario ids in {sorted(wanted)}")
         variants = [v for v in args.variants.split(",") if v]
+        # The fast path first (seconds): a scenario without a golden or a broken run stops here,
+        # before the oracle's variants (minutes) run.
+        runs = fast_runs(profile, args.scenarios.split(",") if args.scenarios else None)
+        for scenario_id, run in runs.items():
+            worst = max((s.max_abs_logit_error for s in run.record.steps), default=0.0)
+            print(
+                f"{scenario_id}: the fast path over {len(run.record.steps)} teacher-forced steps, "
+                f"max |logit error| {worst:.3g}",
+                flush=True,
+            )
         model_dir = resolve_artifact(profile).model_dir
         (cache_root() / "tmp").mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="calibrate-", dir=cache_root() / "tmp") as tmp:
@@ -236,11 +316,37 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {line}", file=sys.stderr)
         return 1
     command = "python -m harness.calibrate " + " ".join(argv if argv is not None else sys.argv[1:])
-    origin = origin_text(summary, command.replace(" --write", ""), [c for c, _ in clips])
-    print(f"derived budget: {summary['budget']} differing tokens per clip\norigin: {origin}")
+    command = command.replace(" --write", "")
+    budget_origin = origin_text(summary, command, [c for c, _ in clips])
+    print(f"derived budget: {summary['budget']} differing tokens per clip\norigin: {budget_origin}")
+    records, failed = {}, False
+    for scenario_id, run in runs.items():
+        records[scenario_id], result = run.judged(summary["budget"])
+        print(f"{scenario_id}: the gate at budget {summary['budget']}: {'pass' if result.passed else 'FAIL'}")
+        if not result.passed:
+            failed = True
+            print(f"error: {scenario_id}: {result.summary}", file=sys.stderr)
+    if failed:
+        print("error: the fast path fails its gate at the derived budget: nothing calibrated", file=sys.stderr)
+        return 1
     if args.write:
-        n = write_budget(profile, summary["budget"], origin)
-        print(f"wrote the budget into {n} scenario(s) of {profile.source_file}")
+        from harness.session import harness_commit
+
+        origin = {
+            "command": command + " --write",
+            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
+            "recorded_on": device_facts().recorded_on(),
+            "harness_commit": harness_commit(),
+            "fast_path_sources": {p: sha256_file(REPO_ROOT / p) for p in FAST_PATH_SOURCES},
+            "budget": budget_origin,
+            "bound": "each teacher-forced step's max |logit error| of the fast path against this golden, "
+            "measured by harness.fastpath_gate.measure",
+        }
+        for scenario_id, run in runs.items():
+            write_record(run.path, dataclasses.replace(records[scenario_id], origin=origin))
+            print(f"wrote {run.path.relative_to(REPO_ROOT)}")
+        n = write_budget(profile, summary["budget"])
+        print(f"set the budget of {n} scenario(s) in {profile.source_file}")
     return 0
 
 

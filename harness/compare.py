@@ -229,8 +229,25 @@ def compare_tokens(check: str, golden: ScenarioRecord, actual: ScenarioRecord) -
     return CheckResult(check, True, f"{n} greedy tokens identical", steps_compared=n)
 
 
+def margin_shift(expected: np.ndarray, actual: np.ndarray, want: int, got: int) -> tuple[float, float]:
+    """(the expected side's margin of `want` over `got`, how much the actual side moves it).
+
+    margin = e[want] - e[got] (>= 0 when the expected side preferred `want` on these logits);
+    shift = |(a[want] - a[got]) - (e[want] - e[got])|, computed in float64."""
+    e, a = expected.astype(np.float64), actual.astype(np.float64)
+    margin = float(e[want] - e[got])
+    return margin, float(abs((a[want] - a[got]) - margin))
+
+
+def is_near_tie(margin: float, shift: float) -> bool:
+    """THE near-tie rule, for every gate that explains a flip (L1 diagnostics, the fast-path
+    gate, calibration): the logit error moves the decisive margin by at least the margin itself.
+    A negative or non-finite margin is never a near-tie (a rule, not a rounding, chose)."""
+    return bool(math.isfinite(margin) and math.isfinite(shift) and 0.0 <= margin <= shift)
+
+
 def classify_flip(golden: ScenarioRecord, actual: ScenarioRecord, step: int) -> dict[str, Any]:
-    """Why a greedy token differs: a near-tie or not.
+    """Why a greedy token differs: a near-tie or not (`is_near_tie` on `margin_shift`).
 
     Near-tie: the two tokens' logits differ between the sides by at least as much as the
     oracle's margin between them, so a logit error that small explains the flip. Otherwise the
@@ -251,17 +268,16 @@ def classify_flip(golden: ScenarioRecord, actual: ScenarioRecord, step: int) -> 
             "non_finite": bad,
             "explanation": f"not a near-tie: non-finite logits on the {' and '.join(bad)} side at that step ({values})",
         }
-    oracle_margin = g[want] - g[got]  # >= 0: the oracle preferred `want`
-    shift = abs((a[want] - a[got]) - (g[want] - g[got]))  # how much the two sides move that margin
+    oracle_margin, shift = margin_shift(g, a, want, got)  # margin >= 0: the oracle preferred `want`
     if oracle_margin < 0:
         return {
             "near_tie": False,
-            "oracle_margin": float(oracle_margin),
-            "margin_shift": float(shift),
+            "oracle_margin": oracle_margin,
+            "margin_shift": shift,
             "explanation": f"not a near-tie: the oracle chose {want} although its raw logit is below {got}'s "
             "(a logit filter, forcing or sampling chose it): the decoding rules differ",
         }
-    near = bool(oracle_margin <= shift)
+    near = is_near_tie(oracle_margin, shift)
     explanation = (
         f"near-tie: the oracle preferred {want} over {got} by {oracle_margin:.3g}, and the logit "
         f"difference between the sides moves that margin by {shift:.3g}: the logit error explains the flip"
@@ -271,8 +287,8 @@ def classify_flip(golden: ScenarioRecord, actual: ScenarioRecord, step: int) -> 
     )
     return {
         "near_tie": near,
-        "oracle_margin": float(oracle_margin),
-        "margin_shift": float(shift),
+        "oracle_margin": oracle_margin,
+        "margin_shift": shift,
         "explanation": explanation,
     }
 

@@ -1,48 +1,54 @@
-"""The L2 gate of the Whisper fast path: a token budget, every difference a near-tie.
+"""The L2 gate of the Whisper fast path: a calibrated budget and bound, every difference a near-tie.
 
 The fast path (models/whisper/fast.py) computes the oracle's function with other roundings,
 so its logits are not bit-identical and a token can flip where the oracle's choice was a
-near-tie. `check_token_budget` judges three records of one clip:
+near-tie. `check_token_budget` judges three records of one clip against the scenario's
+calibration record (harness/fastpath_record.py, written by `make calibrate ARGS=--write`):
 
-- `golden`: the oracle's (mlx-whisper's) free-running record;
+- `golden`: the oracle's (mlx-whisper's) free-running record, full logits;
 - `free`: the fast path's free-running record;
 - `forced`: the fast path teacher-forced on the golden's tokens (the same rows as the
   golden), whose decode calls carry `fast_filters` (the call's logit filters) and
   `fast_picks` (per step and batch member, what the fast path would have appended), as
   `fast.fast_transcribe_record` writes them.
 
-Rules:
+Rules (any one failing fails the gate):
 
-1. Budget. A clip's tokens are the `tokens` of its decode calls that were kept and not
+0. The record. The profile's budget must equal the record's; the record must be unedited and
+   measured against this golden (else an error naming `make calibrate`).
+1. The fast path ran: at least one greedy step was decoded by it (a clip whose every call was
+   delegated to the faithful decoder judges nothing of the fast path).
+2. Bound. On every greedy teacher-forced step (rows of an ended sequence aside) the fast path's
+   largest |logit error| against the oracle (pre-filter logits, float64 differences) must not
+   exceed the record's number for that step; the steps themselves must be the record's.
+3. Budget. A clip's tokens are the `tokens` of its decode calls that were kept and not
    skipped as silence, concatenated (text and timestamp tokens, no EOT: what the segments are
    cut from). The oracle's and the free-running fast path's sequences are aligned with
    difflib (`SequenceMatcher(autojunk=False)` opcodes); each non-equal opcode counts
-   `max(oracle span, fast span)` tokens (a replaced token counts 1, an inserted or a
-   deleted one 1). More than `budget` differing tokens fail.
-2. Near-ties. On every greedy step of the teacher-forced run (rows of an ended sequence
-   aside) the call's filters F are applied to both sides' pre-filter logits with the filter
-   state of the oracle's prefix: ĝ = F(oracle), â = F(fast).
-   (a) argmax ĝ must be the oracle's token: otherwise the fast path's rules are not the
-       oracle's (a filter missing or changed);
-   (b) argmax â must be the fast path's recorded pick: otherwise its compiled step does not
-       apply the filters it declares;
-   (c) where the pick differs from the oracle's token w, the flip must be a near-tie.
-       Both tokens allowed on both sides: margin = ĝ[w] − ĝ[pick], error = how much the
-       logit error moves that margin, |(a[w] − a[pick]) − (g[w] − g[pick])| (pre-filter
-       logits a, g; `harness.compare.classify_flip`'s measure); near-tie iff margin <= error.
-       A token allowed on one side and masked on the other: only the timestamp-probability
-       rule reads logit values, so it decided differently: margin = the oracle's
-       |timestamp log-prob − best text log-prob|, error = how much the fast side's logits
-       move that difference; near-tie iff margin <= error. Anything else is not a near-tie.
-   Any step failing (a), (b) or (c) fails the gate whatever the budget.
-3. Every difference and every failure names the decode call, step, tokens, margin and error.
+   `max(oracle span, fast span)` tokens. More than `budget` differing tokens fail.
+4. Near-ties, on every greedy teacher-forced step: the call's filters F are applied to both
+   sides' pre-filter logits with the filter state of the oracle's prefix: ĝ = F(oracle),
+   â = F(fast).
+   (a) argmax ĝ must be the oracle's token (else the fast path's rules are not the oracle's);
+   (b) argmax â must be the fast path's recorded pick (else its compiled step does not apply
+       the filters it declares);
+   (c) where the pick differs from the oracle's token w, the flip must be a near-tie by
+       `harness.compare.is_near_tie`: both tokens allowed on both sides, margin and shift are
+       `compare.margin_shift` of the pre-filter logits; one side masking a token the other
+       allows: only the timestamp-probability rule reads logit values, so margin = the
+       oracle's |timestamp log-prob - best text log-prob| and shift = how much the fast
+       side's logits move that difference. Anything else is not a near-tie.
+5. Where the counted differences arise. The free run's decode calls are compared with the
+   oracle's in order; the first one that differs is where the differences arise: there both
+   runs were fed the same prefix, so the teacher-forced run must show, at that very step, a
+   flip onto the free run's token (or EOT), and that flip must be a near-tie (rule 4c). The
+   differences after it follow from that drift and are attributed to it. A free run that
+   differs where teacher forcing agrees, or whose first difference is a decision (kept,
+   fallback, silence) or a delegated call, is unexplained and fails.
 
-For two tokens both sides allow, (c) holds whenever the pick is the fast path's argmax (a
-flip of a margin needs at least that much error): what rule 2 rejects is a rule-level
-disagreement (a, b, or a flip onto a token the oracle's rules forbade). The size of the
-logit error is bounded by the budget (and reported: `details["max_abs_logit_error"]`).
-Sampled decode calls (T > 0, delegated to the faithful decoder) carry no picks: rule 2
-skips them.
+Every difference and every failure names the decode call, step, tokens, margin and error.
+Sampled decode calls (T > 0, delegated to the faithful decoder) carry no picks: rules 2 and 4
+skip them.
 """
 
 from __future__ import annotations
@@ -54,7 +60,8 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from harness.compare import CheckResult, top_k
+from harness.compare import CheckResult, is_near_tie, margin_shift, top_k
+from harness.fastpath_record import CalibrationRecord, StepBound
 from harness.records import ScenarioRecord
 from models.whisper.fast_filters import FastFilters, FilterState
 
@@ -80,71 +87,26 @@ def token_differences(oracle: list[int], fast: list[int]) -> tuple[int, list[dic
     return sum(max(len(d["oracle"]), len(d["fast"])) for d in diffs), diffs
 
 
-def check_token_budget(
-    golden: ScenarioRecord, free: ScenarioRecord, forced: ScenarioRecord, budget: int
-) -> CheckResult:
-    if budget < 0:
-        raise ValueError(f"token budget must be >= 0, got {budget}")
+def measure(golden: ScenarioRecord, forced: ScenarioRecord) -> dict[str, Any]:
+    """Rules 1, 2 (the measurement) and 4 over the teacher-forced run, without a record:
+    {"steps": [StepBound...] (each step's max |logit error|), "flips": [...], "failures": [...]}.
+    `make calibrate` records `steps`; the gate compares them with the record."""
     if getattr(golden, "is_compact", False):
         raise ValueError(
             f"{golden.scenario_id}: the token-budget gate needs the oracle's full logit vectors, "
             "got a compact golden: pass ParitySession.full_golden(profile, scenario)"
         )
-    problems: list[str] = []
-    count, diffs = token_differences(clip_tokens(golden), clip_tokens(free))
-    diff_text = "; ".join(
-        f"{d['op']} at oracle token {d['oracle_at']}: oracle {d['oracle']} vs fast {d['fast']}" for d in diffs
-    )
-    if count > budget:
-        problems.append(f"{count} differing tokens over the budget of {budget} ({diff_text})")
-
-    flips, rule_failures, steps_checked, max_error = _near_ties(golden, forced)
-    problems += rule_failures
-    problems += [f["explanation"] for f in flips if not f["near_tie"]]
-    near = [f for f in flips if f["near_tie"]]
-    summary_flips = "; ".join(f["explanation"] for f in near)
-    details = {
-        "budget": budget,
-        "differing_tokens": count,
-        "differences": diffs,
-        "flips": flips,
-        "steps_checked": steps_checked,
-        "max_abs_logit_error": max_error,
-    }
-    if problems:
-        return CheckResult(
-            CHECK,
-            False,
-            f"{len(problems)} problem(s): " + " | ".join(problems),
-            first_bad_step=next((f["row"] for f in flips if not f["near_tie"]), None),
-            steps_compared=steps_checked,
-            steps_differing=len(flips),
-            details=details,
-        )
-    return CheckResult(
-        CHECK,
-        True,
-        f"{count}/{budget} differing tokens{' (' + diff_text + ')' if diffs else ''}; "
-        f"{steps_checked} teacher-forced steps checked, {len(flips)} flip(s), all near-ties"
-        f"{': ' + summary_flips if summary_flips else ''}; max |logit error| {max_error:.3g}",
-        steps_compared=steps_checked,
-        steps_differing=len(flips),
-        details=details,
-    )
-
-
-def _near_ties(golden: ScenarioRecord, forced: ScenarioRecord) -> tuple[list[dict[str, Any]], list[str], int, float]:
-    """Rule 2 over the teacher-forced run: (flips, rule failures, steps checked, max |Δ| seen)."""
     g_calls = golden.extra.get("decode_calls") or []
     f_calls = forced.extra.get("decode_calls") or []
-    if len(g_calls) != len(f_calls):
-        return [], [f"the teacher-forced run made {len(f_calls)} decode calls, the oracle {len(g_calls)}"], 0, 0.0
-    if forced.logits.shape != golden.logits.shape:
-        return [], [f"teacher-forced logits {forced.logits.shape} vs the oracle's {golden.logits.shape}"], 0, 0.0
+    steps: list[StepBound] = []
     flips: list[dict[str, Any]] = []
     failures: list[str] = []
-    checked = 0
-    max_error = 0.0
+    if len(g_calls) != len(f_calls):
+        failures.append(f"the teacher-forced run made {len(f_calls)} decode calls, the oracle {len(g_calls)}")
+        return {"steps": steps, "flips": flips, "failures": failures}
+    if forced.logits.shape != golden.logits.shape:
+        failures.append(f"teacher-forced logits {forced.logits.shape} vs the oracle's {golden.logits.shape}")
+        return {"steps": steps, "flips": flips, "failures": failures}
     eot = golden.eos_ids[0]
     for index, (g_call, f_call) in enumerate(zip(g_calls, f_calls, strict=True)):
         if "fast_picks" not in f_call:
@@ -165,10 +127,15 @@ def _near_ties(golden: ScenarioRecord, forced: ScenarioRecord) -> tuple[list[dic
                 prefix = [golden.tokens[offset + j * batch + member] for j in range(step)]
                 if prefix and prefix[-1] == eot:
                     continue  # an ended sequence appends EOT on both sides
-                checked += 1
                 where = f"decode call {index} step {step}" + (f" member {member}" if batch > 1 else "")
                 g, a = golden.logits[row], forced.logits[row]
-                max_error = max(max_error, float(np.max(np.abs(g.astype(np.float64) - a.astype(np.float64)))))
+                finite_g, finite_a = np.isfinite(g), np.isfinite(a)
+                if not np.array_equal(finite_g, finite_a):
+                    failures.append(f"{where}: the fast path's logits are non-finite where the oracle's are not")
+                error = float(
+                    np.max(np.abs(g[finite_g & finite_a].astype(np.float64) - a[finite_g & finite_a]), initial=0.0)
+                )
+                steps.append(StepBound(index, step, member, error))
                 state = FilterState.from_sampled([prefix], begin)
                 g_hat = np.array(filters.apply(mx.array(g[None]), state, masks))[0]
                 a_hat = np.array(filters.apply(mx.array(a[None]), state, masks))[0]
@@ -184,8 +151,161 @@ def _near_ties(golden: ScenarioRecord, forced: ScenarioRecord) -> tuple[list[dic
                         f"choose {int(np.argmax(a_hat))}: the compiled step's rules differ from its filters"
                     )
                 if pick != want:
-                    flips.append(_classify(where, row, want, pick, g, a, g_hat, a_hat, filters, state))
-    return flips, failures, checked, max_error
+                    flip = _classify(where, row, want, pick, g, a, g_hat, a_hat, filters, state)
+                    flips.append(flip | {"call": index, "step": step, "member": member})
+    return {"steps": steps, "flips": flips, "failures": failures}
+
+
+def check_token_budget(
+    golden: ScenarioRecord,
+    free: ScenarioRecord,
+    forced: ScenarioRecord,
+    budget: int,
+    calibration: CalibrationRecord,
+) -> CheckResult:
+    if budget < 0:
+        raise ValueError(f"token budget must be >= 0, got {budget}")
+    problems: list[str] = []
+    if budget != calibration.budget:
+        problems.append(
+            f"the profile's budget is {budget} differing tokens, its calibration record says "
+            f"{calibration.budget}: a budget comes from `make calibrate`, not from an edit"
+        )
+    measured = measure(golden, forced)
+    steps, flips = measured["steps"], measured["flips"]
+    problems += measured["failures"]
+    if not steps:
+        problems.append(
+            "the fast path decoded no greedy step (every decode call was delegated to the faithful "
+            "decoder): nothing of the fast path was judged"
+        )
+    over, max_error = _bound(steps, calibration.steps, problems)
+    count, diffs = token_differences(clip_tokens(golden), clip_tokens(free))
+    diff_text = "; ".join(
+        f"{d['op']} at oracle token {d['oracle_at']}: oracle {d['oracle']} vs fast {d['fast']}" for d in diffs
+    )
+    if count > budget:
+        problems.append(f"{count} differing tokens over the budget of {budget} ({diff_text})")
+    arising = _where_differences_arise(golden, free, forced, flips) if count else None
+    if arising is not None and not arising["explained"]:
+        problems.append(arising["explanation"])
+    problems += [f["explanation"] for f in flips if not f["near_tie"]]
+    near = [f for f in flips if f["near_tie"]]
+    details = {
+        "budget": budget,
+        "differing_tokens": count,
+        "differences": diffs,
+        "arising": arising,
+        "flips": flips,
+        "steps_checked": len(steps),
+        "max_abs_logit_error": max_error,
+        "steps_over_bound": over,
+        "calibration": {"budget": calibration.budget, "origin": calibration.origin},
+    }
+    if problems:
+        return CheckResult(
+            CHECK,
+            False,
+            f"{len(problems)} problem(s): " + " | ".join(problems),
+            first_bad_step=next((f["row"] for f in flips if not f["near_tie"]), None),
+            steps_compared=len(steps),
+            steps_differing=len(flips),
+            details=details,
+        )
+    summary_flips = "; ".join(f["explanation"] for f in near)
+    return CheckResult(
+        CHECK,
+        True,
+        f"{count}/{budget} differing tokens{' (' + diff_text + ')' if diffs else ''}"
+        f"{'; ' + arising['explanation'] if arising else ''}; "
+        f"{len(steps)} teacher-forced steps checked, every |logit error| within its calibrated bound "
+        f"(max {max_error:.3g}), {len(flips)} flip(s), all near-ties{': ' + summary_flips if summary_flips else ''}",
+        steps_compared=len(steps),
+        steps_differing=len(flips),
+        details=details,
+    )
+
+
+def _bound(measured: list[StepBound], recorded: tuple[StepBound, ...], problems: list[str]) -> tuple[list, float]:
+    """Rule 2: every step's error within the record's number for that same step."""
+    max_error = max((s.max_abs_logit_error for s in measured), default=0.0)
+    where = [(s.call, s.step, s.member) for s in measured]
+    if where != [(s.call, s.step, s.member) for s in recorded]:
+        problems.append(
+            f"the teacher-forced run checked {len(measured)} steps, the calibration record bounds "
+            f"{len(recorded)} other ones: the record does not describe this run"
+        )
+        return [], max_error
+    over = [
+        {"where": m.where, "error": m.max_abs_logit_error, "bound": r.max_abs_logit_error}
+        for m, r in zip(measured, recorded, strict=True)
+        if not m.max_abs_logit_error <= r.max_abs_logit_error
+    ]
+    if over:
+        shown = "; ".join(f"{o['where']}: {o['error']:.6g} > {o['bound']:.6g}" for o in over[:5])
+        problems.append(
+            f"the fast path's |logit error| against the oracle exceeds its calibrated bound at "
+            f"{len(over)} of {len(measured)} steps ({shown}{'; ...' if len(over) > 5 else ''}): "
+            "its arithmetic changed since calibration"
+        )
+    return over, max_error
+
+
+def _where_differences_arise(
+    golden: ScenarioRecord, free: ScenarioRecord, forced: ScenarioRecord, flips: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Rule 5: the first decode call where the free run leaves the oracle, and whether the
+    teacher-forced run explains it there (a near-tie flip onto the free run's token)."""
+    g_calls = golden.extra.get("decode_calls") or []
+    v_calls = free.extra.get("decode_calls") or []
+    f_calls = forced.extra.get("decode_calls") or []
+    eot = golden.eos_ids[0]
+
+    def unexplained(text: str) -> dict[str, Any]:
+        return {"explained": False, "explanation": f"the counted differences are unexplained: {text}"}
+
+    for index, (g, v) in enumerate(zip(g_calls, v_calls, strict=False)):
+        g_tokens, v_tokens = [int(t) for t in g["tokens"]], [int(t) for t in v["tokens"]]
+        if g_tokens == v_tokens:
+            decision = ("kept", "skipped_as_silence", "seek", "temperature")
+            if any(g.get(k) != v.get(k) for k in decision):
+                return unexplained(
+                    f"decode call {index} decoded the oracle's tokens but decided differently ("
+                    + ", ".join(
+                        f"{k}: oracle {g.get(k)!r}, fast {v.get(k)!r}" for k in decision if g.get(k) != v.get(k)
+                    )
+                    + ")"
+                )
+            continue
+        step = next((i for i, (x, y) in enumerate(zip(g_tokens, v_tokens, strict=False)) if x != y), None)
+        step = min(len(g_tokens), len(v_tokens)) if step is None else step
+        fast_token = v_tokens[step] if step < len(v_tokens) else eot
+        where = f"decode call {index} step {step}"
+        if index >= len(f_calls) or "fast_picks" not in f_calls[index]:
+            return unexplained(f"they arise at {where}, a call delegated to the faithful decoder (no greedy flip)")
+        flip = next((f for f in flips if (f["call"], f["step"], f["member"]) == (index, step, 0)), None)
+        if flip is None or flip["fast_token"] != fast_token:
+            forced_pick = (
+                int(f_calls[index]["fast_picks"][step][0]) if step < len(f_calls[index]["fast_picks"]) else None
+            )
+            return unexplained(
+                f"the free run first differs at {where} (oracle "
+                f"{g_tokens[step] if step < len(g_tokens) else eot}, fast {fast_token}), but teacher-forced on "
+                f"the same prefix the fast path picks {forced_pick}: its free and teacher-forced runs disagree"
+            )
+        if not flip["near_tie"]:
+            return unexplained(f"they arise at {where}, a flip that is not a near-tie")
+        return {
+            "explained": True,
+            "call": index,
+            "step": step,
+            "explanation": f"every difference arises at {where}, a near-tie flip (teacher-forced there), "
+            "or follows from it",
+        }
+    return unexplained(
+        f"the free run made {len(v_calls)} decode calls, the oracle {len(g_calls)}, with no differing tokens in "
+        "the calls both made"
+    )
 
 
 def _classify(
@@ -200,7 +320,7 @@ def _classify(
     filters: FastFilters,
     state: FilterState,
 ) -> dict[str, Any]:
-    """Rule 2(c) for one flip: margin, error, near-tie, and the sentence that says so."""
+    """Rule 4(c) for one flip: margin, error, near-tie, and the sentence that says so."""
     top2 = top_k(g_hat, 2)
     base = {
         "where": where,
@@ -211,8 +331,7 @@ def _classify(
     }
     allowed = [math.isfinite(float(x)) for x in (g_hat[want], g_hat[pick], a_hat[want], a_hat[pick])]
     if all(allowed):
-        margin = float(g_hat[want]) - float(g_hat[pick])
-        error = abs((float(a[want]) - float(a[pick])) - (float(g[want]) - float(g[pick])))
+        margin, error = margin_shift(g, a, want, pick)
         kind = "logits"
     elif allowed[0] == allowed[2] and allowed[1] == allowed[3]:
         margin, error, kind = math.inf, 0.0, "rules"
@@ -227,7 +346,7 @@ def _classify(
             margin = abs(g_ts - g_text)
             error = abs((a_ts - a_text) - (g_ts - g_text))
             kind = "timestamp rule"
-    near = bool(math.isfinite(margin) and margin <= error)
+    near = is_near_tie(margin, error)
     what = {
         "logits": f"oracle margin {margin:.3g} between them, the logit error moves it by {error:.3g}",
         "timestamp rule": f"the timestamp-probability rule decided differently: oracle margin "

@@ -38,7 +38,6 @@ class Mutant:
     fault: str  # what the bug is, in words
     model: str
     scenario: str
-    checks: tuple[str, ...]
     hook: Callable[[Any], None] | None = None  # applied to the loaded in-tree model
     patch: Callable[[], contextlib.AbstractContextManager[None]] | None = None  # code-level fault
     spec_edits: dict[str, Any] = field(default_factory=dict)  # scenario-level fault (options)
@@ -150,27 +149,74 @@ def _whisper_decoder_ulp(model: Any) -> None:
     model.decoder.ln.weight = _one_ulp_up(model.decoder.ln.weight)
 
 
-LLM_CHECKS = (
-    "prompt_identity",
-    "prefill_logits",
-    "decode_logits",
-    "teacher_forced_logits",
-    "greedy_tokens",
-    "eos_stop",
-)
-SPEECH = ("mel", "encoder_output", "prefill_logits", "teacher_forced_logits", "greedy_tokens", "transcript")
+def _compiled_rope_offset() -> contextlib.AbstractContextManager[None]:
+    """A fault in the compiled decode trace only: RoPE one position ahead (the eager loop is right)."""
+    import models.universal.compiled as compiled
+
+    rope = compiled.apply_rope
+    stack = contextlib.ExitStack()
+    stack.enter_context(_setattr(compiled, "_decoders", {}))  # traced afresh, dropped afterwards
+    stack.enter_context(_setattr(compiled, "apply_rope", lambda layer, q, k, offset: rope(layer, q, k, offset + 1)))
+    return stack
+
+
+def _no_logprob_fallback() -> contextlib.AbstractContextManager[None]:
+    import models.whisper.transcribe as transcribe
+
+    original = transcribe.needs_fallback
+    return _setattr(
+        transcribe, "needs_fallback", lambda result, ratio, logprob, no_speech: original(result, ratio, None, no_speech)
+    )
+
+
+def _ranker_without_length_norm() -> contextlib.AbstractContextManager[None]:
+    import models.whisper.decoding as decoding
+
+    def rank(self: Any, tokens: list, sum_logprobs: list) -> list[int]:
+        return [int(np.argmax(group)) for group in sum_logprobs]
+
+    return _setattr(decoding.MaximumLikelihoodRanker, "rank", rank)
+
+
+def _subtitle_line_one_wider() -> contextlib.AbstractContextManager[None]:
+    import models.whisper.writers as writers
+
+    original = writers._pack_subtitles
+
+    def one_wider(segments: Any, *, max_line_width: int, **kwargs: Any) -> Any:
+        return original(segments, max_line_width=max_line_width + 1, **kwargs)
+
+    return _setattr(writers, "_pack_subtitles", one_wider)
+
+
+def _fast_logits_scaled() -> contextlib.AbstractContextManager[None]:
+    from models.whisper.fast import FastWhisper
+
+    original = FastWhisper._logits
+    return _setattr(FastWhisper, "_logits", lambda self, x: original(self, x) * 1.01)
+
+
+def _fast_attention_scale_ulp() -> contextlib.AbstractContextManager[None]:
+    from models.whisper.fast import FastWhisper
+
+    original = FastWhisper.__init__
+
+    def init(self: Any, model: Any) -> None:
+        original(self, model)
+        for name in ("audio_attention_scale", "text_attention_scale"):
+            setattr(self, name, float(np.nextafter(np.float32(getattr(self, name)), np.float32(np.inf))))
+
+    return _setattr(FastWhisper, "__init__", init)
+
 
 MUTANTS = [
-    Mutant(
-        "norm-eps", "every RMSNorm eps 1e-6 instead of 1e-5", "smollm2-135m", "chat", LLM_CHECKS, hook=_all_norm_eps
-    ),
-    Mutant("rope-base", "rope base off by 1e-4 relative", "smollm2-135m", "chat", LLM_CHECKS, hook=_rope_base),
+    Mutant("norm-eps", "every RMSNorm eps 1e-6 instead of 1e-5", "smollm2-135m", "chat", hook=_all_norm_eps),
+    Mutant("rope-base", "rope base off by 1e-4 relative", "smollm2-135m", "chat", hook=_rope_base),
     Mutant(
         "attention-scale",
         "attention scale off by 1e-4 relative",
         "smollm2-135m",
         "chat",
-        LLM_CHECKS,
         hook=_attention_scale,
     ),
     Mutant(
@@ -178,7 +224,6 @@ MUTANTS = [
         "MLP gate and up projections swapped in one layer",
         "smollm2-135m",
         "chat",
-        LLM_CHECKS,
         hook=_swap_gate_up,
     ),
     Mutant(
@@ -186,18 +231,14 @@ MUTANTS = [
         "final norm without its learned scale",
         "smollm2-135m",
         "chat",
-        LLM_CHECKS,
         hook=_skip_final_norm,
     ),
-    Mutant(
-        "one-ulp", "one ULP in one norm weight of layer 17", "smollm2-135m", "chat", LLM_CHECKS, hook=_ulp_layer_norm
-    ),
+    Mutant("one-ulp", "one ULP in one norm weight of layer 17", "smollm2-135m", "chat", hook=_ulp_layer_norm),
     Mutant(
         "prefill-chunks",
         "prompt prefilled in one chunk where the profile says 16",
         "smollm2-135m",
         "chunked-prefill",
-        LLM_CHECKS,
         spec_edits={"prefill_step_size": 2048},
     ),
     Mutant(
@@ -205,7 +246,6 @@ MUTANTS = [
         "one of MiniCPM5's two EOS ids forgotten",
         "minicpm5-2b-mini",
         "eos-im-end",
-        LLM_CHECKS,
         patch=lambda: _drop_eos(None),
     ),
     Mutant(
@@ -213,7 +253,6 @@ MUTANTS = [
         "a space after the assistant header",
         "minicpm5-2b-mini",
         "think-off",
-        LLM_CHECKS,
         patch=_template_space,
     ),
     Mutant(
@@ -221,7 +260,6 @@ MUTANTS = [
         "quantized KV group size 32 instead of 64",
         "minicpm5-2b-mini",
         "kv8-converts-mid-decode",
-        LLM_CHECKS,
         spec_edits={"kv_group_size": 32},
     ),
     Mutant(
@@ -229,7 +267,6 @@ MUTANTS = [
         "KV conversion one position late",
         "minicpm5-2b-mini",
         "kv8-converts-mid-decode",
-        LLM_CHECKS,
         spec_edits={"quantized_kv_start": 41},
     ),
     Mutant(
@@ -237,7 +274,6 @@ MUTANTS = [
         "rotating window one larger",
         "minicpm5-2b-mini",
         "rotating-kv",
-        LLM_CHECKS,
         spec_edits={"max_kv_size": 25},
     ),
     Mutant(
@@ -245,7 +281,6 @@ MUTANTS = [
         "a fresh cache for every chat turn",
         "minicpm5-2b-mini",
         "cache-reuse",
-        LLM_CHECKS,
         patch=_fresh_cache_each_turn,
     ),
     Mutant(
@@ -253,7 +288,6 @@ MUTANTS = [
         "one layer's KV bits 8 instead of 4 (mixed precision)",
         "minicpm5-2b-mini",
         "l2-mixed-kv",
-        ("prefill_logits", "decode_logits", "teacher_forced_logits", "greedy_tokens"),
         spec_edits={
             "composition": {
                 "kind": "mixed_kv",
@@ -271,7 +305,6 @@ MUTANTS = [
         "4 drafted tokens instead of 8",
         "minicpm5-2b-mini",
         "l2-ngram-draft",
-        ("draft_stats", "decode_logits"),
         spec_edits={"composition": {"kind": "ngram_draft", "num_draft_tokens": 4, "ngram_min": 3, "ngram_max": 3}},
     ),
     Mutant(
@@ -279,7 +312,6 @@ MUTANTS = [
         "one log-mel value nudged by 1e-3",
         "whisper-large-v3-turbo-mini",
         "fox-detect-language",
-        SPEECH,
         patch=_mel_nudge,
     ),
     Mutant(
@@ -287,7 +319,6 @@ MUTANTS = [
         "one ULP in the encoder's final norm",
         "whisper-large-v3-turbo-mini",
         "fox-detect-language",
-        SPEECH,
         hook=_whisper_encoder_ulp,
     ),
     Mutant(
@@ -295,7 +326,6 @@ MUTANTS = [
         "one ULP in the decoder's final norm",
         "whisper-large-v3-turbo-mini",
         "fox-detect-language",
-        SPEECH,
         hook=_whisper_decoder_ulp,
     ),
     Mutant(
@@ -303,39 +333,112 @@ MUTANTS = [
         "the timestamp grammar filter dropped",
         "whisper-large-v3-turbo-mini",
         "fox-detect-language",
-        SPEECH,
         patch=_no_timestamp_rules,
+    ),
+    Mutant(
+        "compiled-rope",
+        "RoPE one position ahead in the compiled decode trace only",
+        "minicpm5-2b-mini",
+        "think-default",
+        patch=_compiled_rope_offset,
+    ),
+    Mutant(
+        "fallback-logprob",
+        "the log-probability fallback rule dropped",
+        "whisper-large-v3-turbo-mini",
+        "fox-english-ladder",
+        patch=_no_logprob_fallback,
+    ),
+    Mutant(
+        "beam-ranker",
+        "beam candidates ranked without length normalization",
+        "whisper-tiny-en",
+        "message-beam5-patience",
+        patch=_ranker_without_length_norm,
+    ),
+    Mutant(
+        "subtitle-width",
+        "subtitle lines packed one character wider",
+        "whisper-tiny-en",
+        "fox-words",
+        patch=_subtitle_line_one_wider,
+    ),
+    Mutant(
+        "fast-logits",
+        "the fast path's logits scaled by 1.01 (every argmax kept)",
+        "whisper-tiny-en",
+        "fox-fast",
+        patch=_fast_logits_scaled,
+    ),
+    Mutant(
+        "fast-attention-ulp",
+        "the fast path's attention scales one float32 ULP high",
+        "whisper-tiny-en",
+        "fox-fast",
+        patch=_fast_attention_scale_ulp,
     ),
 ]
 
+# Checks shown failing by a test of the gate (`make test`) as well as, or instead of, a mutant:
+# test ids, each a test that makes the check fail on a perturbed implementation or record.
+GATE_TESTS: dict[str, tuple[str, ...]] = {
+    "compiled_decode": (
+        "tests/test_compiled_decode.py::test_compiled_decode_check_fails_through_the_session_on_a_perturbed_trace",
+    ),
+    "writers": ("tests/test_whisper_writers.py::test_a_line_width_off_by_one_fails_naming_a_subtitle_format",),
+    "token_budget": (
+        "tests/test_whisper_fast.py::test_the_gate_fails_a_fast_path_whose_logits_are_scaled_by_1_01",
+        "tests/test_whisper_fast.py::test_the_gate_fails_an_attention_scale_one_ulp_off",
+        "tests/test_whisper_fast.py::test_the_gate_fails_a_budget_edited_away_from_its_record",
+    ),
+    "eos_stop": ("tests/test_gate_fails.py::test_a_run_that_does_not_stop_at_eos_fails_eos_stop",),
+    "decode_tokens": (
+        "tests/test_token_level_checks.py::test_token_level_checks_ignore_foreign_floats_and_catch_token_and_text_changes",
+    ),
+    "transcript_text": (
+        "tests/test_token_level_checks.py::test_token_level_checks_ignore_foreign_floats_and_catch_token_and_text_changes",
+    ),
+}
+
+
+def registry() -> list[str]:
+    """Every check a profile can name, in the session's registry order."""
+    from harness.session import CHECKS, SESSION_CHECKS
+
+    return [*CHECKS, *SESSION_CHECKS]
+
 
 def judge(mutant: Mutant) -> dict[str, Any]:
-    from harness.session import CHECKS, ParitySession, runnable_spec
+    """The mutant through `ParitySession.run_check`, the path `make parity` takes (compact
+    goldens decided by their digests, full vectors fetched only to explain a difference), on
+    every check the scenario declares: per check "passed", "failed" or "error"."""
+    from harness.errors import HarnessError
+    from harness.session import ParitySession, runnable_spec
 
     session = ParitySession(model_hook=mutant.hook)
     profile = session.profile(mutant.model)
     scenario = profile.scenario(mutant.scenario)
+    if mutant.spec_edits:
+        session.intree_spec_edits[(profile.name, scenario.id)] = mutant.spec_edits
     started = time.perf_counter()
-    failed: dict[str, str] = {}
+    outcomes: dict[str, str] = {}
+    summaries: dict[str, str] = {}
     with mutant.patch() if mutant.patch else contextlib.nullcontext():
-        golden = session.full_golden(profile, scenario)  # the check functions read full vectors
-        spec = runnable_spec(profile.scenario_spec(scenario) | mutant.spec_edits)
-        runner = session.runner(profile)
-        records = {
-            "free": runner.run(spec),
-            "teacher_forced": runner.run(spec, forced=golden),
-        }
-        for check in mutant.checks:
-            mode, fn = CHECKS[check]
-            result = fn(golden, records[mode])
-            if not result.passed:
-                failed[check] = result.summary
+        for check in profile.checks(scenario):
+            try:
+                result = session.run_check(profile, scenario, check)
+            except HarnessError as e:  # as make parity: an ERROR row, never a pass
+                outcomes[check], summaries[check] = "error", f"{type(e).__name__}: {e}"
+                continue
+            outcomes[check] = "passed" if result.passed else "failed"
+            summaries[check] = result.summary
+    killed = any(o != "passed" for o in outcomes.values())
     equivalent = False
-    if not failed:
+    if not killed:
         # A survivor is only a gate weakness if the fault changes what the implementation computes:
         # compare with the unmutated implementation on the unedited scenario, bit for bit.
+        mutated = session.intree(profile, scenario, "free")
         clean = ParitySession().runner(profile).run(runnable_spec(profile.scenario_spec(scenario)))
-        mutated = records["free"]
         equivalent = (
             clean.tokens == mutated.tokens
             and clean.logits.tobytes() == mutated.logits.tobytes()
@@ -343,42 +446,82 @@ def judge(mutant: Mutant) -> dict[str, Any]:
             and clean.extra == mutated.extra
         )
     return {
-        "killed": bool(failed),
+        "killed": killed,
         "equivalent": equivalent,
-        "failed_checks": failed,
+        "outcomes": outcomes,
+        "summaries": summaries,
         "seconds": time.perf_counter() - started,
     }
 
 
+def matrix(judged: dict[str, dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """(markdown lines of the check x mutant matrix, the registry checks with no kill).
+
+    A cell: K the check failed on that mutant, E it errored, . it passed, blank not declared by
+    the mutant's scenario. A check is killed by a mutant whose run it failed, or by a gate test
+    (GATE_TESTS) that shows it failing."""
+    names = list(judged)
+    lines = [
+        "| check | " + " | ".join(names) + " | gate tests |",
+        "|---|" + "---|" * len(names) + "---|",
+    ]
+    symbol = {"failed": "K", "error": "E", "passed": "."}
+    lacking = []
+    for check in registry():
+        cells = [symbol.get(judged[n]["outcomes"].get(check, ""), "") for n in names]
+        tests = GATE_TESTS.get(check, ())
+        if "K" not in cells and not tests:
+            lacking.append(check)
+        shown = ", ".join(t.rsplit("::", 1)[-1] for t in tests) or "-"
+        lines.append(f"| {check} | " + " | ".join(cells) + f" | {shown} |")
+    return lines, lacking
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.mutants", description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="*", help="mutant names")
+    parser.add_argument("--only", nargs="*", help="mutant names (the matrix then covers only them)")
     args = parser.parse_args(argv)
     os.environ.setdefault("MLX_PARITY_LOCALIZE", "0")
     chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
-    rows, survivors, equivalents = [], [], []
+    unknown = sorted(set(args.only or ()) - {m.name for m in MUTANTS})
+    if unknown:
+        print(f"error: unknown mutants {unknown}; known: {[m.name for m in MUTANTS]}")
+        return 2
+    rows, survivors, equivalents, judged = [], [], [], {}
     for mutant in chosen:
-        outcome = judge(mutant)
+        outcome = judged[mutant.name] = judge(mutant)
         if outcome["equivalent"]:
             equivalents.append(mutant.name)
         elif not outcome["killed"]:
             survivors.append(mutant.name)
-        caught = ", ".join(outcome["failed_checks"]) or "-"
+        caught = ", ".join(
+            c + (" (error)" if o == "error" else "") for c, o in outcome["outcomes"].items() if o != "passed"
+        )
         verdict = "KILLED" if outcome["killed"] else "EQUIVALENT" if outcome["equivalent"] else "SURVIVED"
         where = f"{mutant.model}/{mutant.scenario}"
-        rows.append(f"| {mutant.name} | {mutant.fault} | {where} | {verdict} | {caught} | {outcome['seconds']:.0f} |")
+        rows.append(
+            f"| {mutant.name} | {mutant.fault} | {where} | {verdict} | {caught or '-'} | {outcome['seconds']:.0f} |"
+        )
         print(rows[-1], flush=True)
+        for check, o in outcome["outcomes"].items():
+            if o == "error":
+                print(f"    {check}: {outcome['summaries'][check][:300]}", flush=True)
     scored = len(chosen) - len(equivalents)
     killed = scored - len(survivors)
     print("\n| mutant | fault | judged on | verdict | failing checks | s |\n|---|---|---|---|---|---:|")
     print("\n".join(rows))
+    lines, lacking = matrix(judged)
+    print("\ncheck x mutant (K failed, E error, . passed, blank: not a check of that scenario):\n")
+    print("\n".join(lines))
     not_scored = f"; equivalent (output bit-identical to the unmutated one, not scored): {', '.join(equivalents)}"
     print(
         f"\nmutation score: {killed}/{scored} killed"
         + (f"; SURVIVED: {', '.join(survivors)}" if survivors else "")
         + (not_scored if equivalents else "")
     )
-    return 1 if survivors else 0
+    if lacking:
+        print(f"checks with no kill (no mutant failed them, no gate test): {', '.join(lacking)}")
+    return 1 if survivors or lacking else 0
 
 
 if __name__ == "__main__":

@@ -24,10 +24,12 @@ from harness.progress import progress
 from harness.provenance import device_facts
 from harness.report import ItemResult, build_report, peak_rss_mb, print_table, verdict, write_report
 from harness.session import ParitySession, harness_commit, model_provenance
+from harness.vad_gate import VAD_TIER, VadProfile, VadRun, available_vad_profiles, load_vad_profile, vad_checks
 
 _SESSION_KEY = pytest.StashKey[ParitySession]()
 _REMAINING_KEY = pytest.StashKey[dict[str, int]]()  # ParityItems left to run, per profile
 _STARTED_KEY = pytest.StashKey[dt.datetime]()
+_VAD_KEY = pytest.StashKey[dict[str, VadRun]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -48,7 +50,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if capture is not None:
         progress.uncaptured = capture.global_and_fixture_disabled
     requested = _requested(config)
-    known = available_profiles()
+    known = known_models()
     unknown = [m for m in requested if m not in known]
     if unknown:
         raise pytest.UsageError(
@@ -69,6 +71,11 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if isinstance(item, ParityItem):
             remaining[item.profile.name] = remaining.get(item.profile.name, 0) + 1
     config.stash[_REMAINING_KEY] = remaining
+    vad: dict[str, VadRun] = {}
+    for item in items:  # a VAD profile's goldens are made or read once, for the selected fixtures
+        if isinstance(item, VadItem):
+            vad.setdefault(item.profile.name, VadRun(item.profile, [])).fixtures.append(item.fixture)
+    config.stash[_VAD_KEY] = vad
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
@@ -91,7 +98,14 @@ def _session(config: pytest.Config) -> ParitySession:
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     if file_path.suffix == ".yaml" and file_path.parent.resolve() == profiles_dir():
         return ProfileFile.from_parent(parent, path=file_path)
+    if file_path.suffix == ".yaml" and file_path.parent.resolve() == (profiles_dir() / "vad").resolve():
+        return VadProfileFile.from_parent(parent, path=file_path)
     return None
+
+
+def known_models() -> dict[str, Path]:
+    """Every profile `make parity` collects: model profiles and VAD profiles (profiles/vad/)."""
+    return available_profiles() | available_vad_profiles()
 
 
 def _requested(config: pytest.Config) -> list[str]:
@@ -205,6 +219,76 @@ class ParityItem(pytest.Item):
 
     def reportinfo(self):
         return self.path, None, f"{self.profile.name}::{self.scenario.id}::{self.check}"
+
+
+class VadProfileFile(pytest.File):
+    """A VAD profile: one item per fixture and check (harness/vad_gate.py judges)."""
+
+    def collect(self):
+        requested = _requested(self.config)
+        if requested and self.path.stem not in requested:
+            return
+        profile = load_vad_profile(self.path)
+        for fixture in profile.fixtures:
+            for check in vad_checks(profile):
+                item = VadItem.from_parent(
+                    self, name=f"{fixture}::{check}", profile=profile, fixture=fixture, check=check
+                )
+                item.add_marker(pytest.mark.parity)
+                item.add_marker(pytest.mark.xdist_group(profile.name))  # one model load, one oracle run
+                yield item
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, HarnessError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+
+class VadItem(pytest.Item):
+    def __init__(self, *, profile: VadProfile, fixture: str, check: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.profile, self.fixture, self.check = profile, fixture, check
+
+    def _result(self, outcome: str, summary: str, seconds: float) -> None:
+        item = ItemResult(
+            model=self.profile.name,
+            scenario=self.fixture,
+            check=self.check,
+            tier=VAD_TIER,
+            oracle=self.profile.oracle,
+            outcome=outcome,
+            summary=summary,
+            seconds=round(seconds, 3),
+            peak_rss_mb=peak_rss_mb(),
+        )
+        self.user_properties.append(("parity", json.dumps(item.__dict__)))
+
+    def runtest(self) -> None:
+        started = time.perf_counter()
+        runs = self.config.stash.setdefault(_VAD_KEY, {})
+        try:
+            run = runs.setdefault(self.profile.name, VadRun(self.profile, [self.fixture]))
+            found = run.check(self.fixture, self.check)
+        except HarnessError as e:
+            self._result("error", str(e), time.perf_counter() - started)
+            raise
+        except Exception as e:  # a crash is an ERROR row, never a missing one
+            self._result("error", f"{type(e).__name__}: {e}", time.perf_counter() - started)
+            raise
+        self._result("passed" if found.passed else "failed", found.detail, time.perf_counter() - started)
+        if not found.passed:
+            raise ParityFailure(CheckResult(self.check, False, found.detail))
+
+    def repr_failure(self, excinfo, style=None):
+        where = f"{self.profile.name}/{self.fixture} {self.check}"
+        if isinstance(excinfo.value, ParityFailure):
+            return f"{where} FAILED: {excinfo.value.result.summary}"
+        if isinstance(excinfo.value, HarnessError):
+            return f"{where} ERROR: {excinfo.value}"
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.profile.name}::{self.fixture}::{self.check}"
 
 
 def _item_row(nodeid: str, summary: str) -> ItemResult:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from harness import HARNESS_VERSION
@@ -145,7 +146,6 @@ def print_table(results: list[ItemResult], console: Console | None = None) -> No
         table.add_column(column, overflow="fold")
     style = {"passed": "green", "failed": "bold red", "error": "bold yellow"}
     for r in results:
-        table.add_row(
-            r.model, r.scenario, r.check, r.tier, f"[{style[r.outcome]}]{r.outcome.upper()}[/]", r.summary[:160]
-        )
+        cells = (escape(r.model), escape(r.scenario), escape(r.check), escape(r.tier))  # data, not markup
+        table.add_row(*cells, f"[{style[r.outcome]}]{r.outcome.upper()}[/]", escape(r.summary[:160]))
     console.print(table)

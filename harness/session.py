@@ -32,6 +32,7 @@ from harness.compare import (
     diff_vectors,
 )
 from harness.errors import GoldenError, HarnessError, NonDeterministicError, OracleError, OracleVersionError
+from harness.fastpath_record import CalibrationRecord, golden_identity, read_record
 from harness.localize import (
     Localization,
     can_localize,
@@ -227,6 +228,9 @@ class ParitySession:
     _full_goldens: dict[tuple[str, str], ScenarioRecord] = field(default_factory=dict)
     # Per profile, the scenarios a pytest run selected (absent: all): only their goldens are made.
     selected_scenarios: dict[str, set[str]] = field(default_factory=dict)
+    # Faults for `make mutants`: per (profile, scenario), spec keys the in-tree run is given in
+    # place of the profile's (the golden stays the profile's: a mutant is judged against it).
+    intree_spec_edits: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
     def store(self, oracle: str) -> GoldenStore:
         """Where `oracle`'s goldens for this machine live: its family's golden key names the folder."""
@@ -409,7 +413,7 @@ class ParitySession:
         key = (profile.name, scenario.id, mode)
         if mode == "compiled":
             if key not in self._records:
-                spec = runnable_spec(profile.scenario_spec(scenario))
+                spec = self.intree_spec(profile, scenario)
                 record, repeat = (self.runner(profile).run(spec, decode="compiled") for _ in range(2))
                 record.validate(f"in-tree record {profile.name}/{spec['id']} (compiled decode)")
                 check_deterministic(f"{profile.name}/{scenario.id} (compiled decode)", record, repeat)
@@ -417,7 +421,7 @@ class ParitySession:
             return self._records[key]
         if (profile.name, scenario.id, "free") not in self._records:
             golden = self.golden(profile, scenario).record
-            spec = runnable_spec(profile.scenario_spec(scenario))
+            spec = self.intree_spec(profile, scenario)
             free = self._run(profile, spec, None)
             # Teacher forcing only where a check judges it (beam search has no forced path).
             wants_forced = any(
@@ -438,6 +442,11 @@ class ParitySession:
                 f"{profile.name}/{scenario.id}: no {mode} in-tree run (no check of the scenario asks for it)"
             )
         return self._records[key]
+
+    def intree_spec(self, profile: Profile, scenario: Scenario) -> dict[str, Any]:
+        """What the in-tree side runs: the profile's scenario (with a mutant's edits, if any)."""
+        edits = self.intree_spec_edits.get((profile.name, scenario.id), {})
+        return runnable_spec(profile.scenario_spec(scenario) | edits)
 
     def _run(self, profile: Profile, spec: dict[str, Any], forced: ScenarioRecord | None) -> ScenarioRecord:
         record = self.runner(profile).run(spec, forced=forced)
@@ -550,11 +559,16 @@ class ParitySession:
         from harness.fastpath_gate import check_token_budget
 
         golden = self.full_golden(profile, scenario)  # margins need the oracle's full vectors
+        calibration = self.calibration(profile, scenario, golden)
         forced = self.intree(profile, scenario, "teacher_forced")
-        budget = scenario.composition["budget"]
-        result = check_token_budget(golden, free, forced, int(budget["max_differing_tokens"]))
-        result.details["budget"] = budget
-        return result
+        budget = int(scenario.composition["budget"]["max_differing_tokens"])
+        return check_token_budget(golden, free, forced, budget, calibration)
+
+    def calibration(self, profile: Profile, scenario: Scenario, golden: ScenarioRecord) -> CalibrationRecord:
+        """The scenario's calibration record on this golden key, verified against `golden`."""
+        store = self.store(profile.oracle_of(scenario))
+        path = store.calibration_path(profile.name, scenario.id)
+        return read_record(path, profile.name, scenario.id, store.device_key, golden_identity(golden))
 
     def localize(self, profile: Profile, scenario: Scenario, row: int) -> Localization | None:
         """The first module whose output differs on the model call of `row` (memoized)."""
@@ -639,6 +653,10 @@ def model_provenance(name: str) -> dict[str, Any]:
 
     Reads tracked manifests only (no blobs, no oracle), so the reporting process can call it.
     """
+    from harness.vad_gate import available_vad_profiles, vad_model_provenance
+
+    if name in available_vad_profiles():
+        return vad_model_provenance(name)
     session = ParitySession()
     try:
         profile = session.profile(name)

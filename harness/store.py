@@ -88,6 +88,10 @@ class GoldenStore:
     def manifest_path(self, profile: str, scenario_id: str) -> Path:
         return self.goldens_root / profile / self.device_key / f"{scenario_id}.json"
 
+    def calibration_path(self, profile: str, scenario_id: str) -> Path:
+        """An L2 scenario's calibration record, beside the golden it was measured against."""
+        return self.goldens_root / profile / self.device_key / "calibration" / f"{scenario_id}.json"
+
     def blob_path(self, sha256: str) -> Path:
         return self.blob_root / sha256[:2] / f"{sha256}.npy"
 

@@ -44,7 +44,15 @@ import yaml
 from filelock import FileLock
 
 from harness.artifacts import fetch_wheel_member, intact, record_files, sha256_file
-from harness.errors import ArtifactError, GoldenError, HarnessError, OracleError, ProfileError, StaleGoldenError
+from harness.errors import (
+    ArtifactError,
+    GoldenError,
+    HarnessError,
+    NothingComparedError,
+    OracleError,
+    ProfileError,
+    StaleGoldenError,
+)
 from harness.fileio import atomic_write_json
 from harness.paths import REPO_ROOT, cache_root, goldens_dir, profiles_dir
 from harness.profile import ArtifactSpec
@@ -252,7 +260,7 @@ def ensure_goldens(profile: VadProfile, fixtures: list[str], update: bool = Fals
         if diffs:  # as every other golden: stale is an error, regenerated only when asked
             raise StaleGoldenError(
                 f"stale golden {path}: its provenance no longer matches ({'; '.join(diffs[:6])}); "
-                "regenerate explicitly with `make vad ARGS=--update`"
+                "regenerate explicitly with `make goldens MODEL=silero-vad` (or `make vad ARGS=--update`)"
             )
         elif not _store(profile).blob_path(manifest["blobs"]["probs"]["sha256"]).exists():
             todo[fixture] = (provenance, manifest["blobs"]["probs"])  # must reproduce the tracked blob
@@ -525,6 +533,97 @@ def _timed(fn: Any, *args: Any) -> float:
     start = time.perf_counter()
     fn(*args)
     return time.perf_counter() - start
+
+
+# -- as a profile kind of `make parity` / `make signoff` -------------------------------------
+
+VAD_TIER = "tolerance"  # probabilities within a measured tolerance, segments and streaming exact
+
+
+def available_vad_profiles() -> dict[str, Path]:
+    """VAD profiles (profiles/vad/*.yaml) by name: collected by `make parity` like any profile."""
+    directory = profiles_dir() / "vad"
+    return {p.stem: p for p in sorted(directory.glob("*.yaml"))} if directory.is_dir() else {}
+
+
+def vad_checks(profile: VadProfile) -> list[str]:
+    """The checks of every fixture, in the order gate_fixture judges them."""
+    return ["input", "probabilities", *(f"segments[{name}]" for name in profile.timestamp_options), "streaming"]
+
+
+class VadRun:
+    """One VAD profile's run in a parity session: the in-tree model loaded once, the goldens
+    made or read once (a stale one is an error, as everywhere), each fixture judged once."""
+
+    def __init__(self, profile: VadProfile, fixtures: list[str]):
+        self.profile = profile
+        self.fixtures = fixtures  # the fixtures this run judges (their goldens are made together)
+        self._model: Any = None
+        self._goldens: dict[str, OracleResult] | None = None
+        self._verdicts: dict[str, FixtureVerdict] = {}
+
+    def check(self, fixture: str, name: str) -> Check:
+        if fixture not in self._verdicts:
+            from models.vad import load_model
+
+            if self._model is None:
+                self._model = load_model(resolve_vad_weights(self.profile))
+            if self._goldens is None:
+                self._goldens = ensure_goldens(self.profile, sorted(set(self.fixtures) | {fixture}))
+            elif fixture not in self._goldens:
+                self._goldens |= ensure_goldens(self.profile, [fixture])
+            self._verdicts[fixture] = gate_fixture(self.profile, self._model, self._goldens[fixture])
+        verdict = self._verdicts[fixture]
+        found = next((c for c in verdict.checks if c.name == name), None)
+        if found is None:
+            failed = next((c for c in verdict.checks if not c.passed), None)
+            raise NothingComparedError(
+                f"{self.profile.name}/{fixture} {name}: not compared"
+                + (f": {failed.name} failed first ({failed.detail})" if failed else "")
+            )
+        return found
+
+
+def vad_model_provenance(name: str) -> dict[str, Any]:
+    """What a report says about a VAD model's run (tracked manifests only, no oracle run)."""
+    try:
+        profile = load_vad_profile(available_vad_profiles()[name])
+        store = _store(profile)
+    except (HarnessError, KeyError) as e:
+        return {"error": str(e)}
+    goldens = {}
+    for fixture in profile.fixtures:
+        path = store.manifest_path(profile.name, Path(fixture).stem)
+        try:
+            manifest = json.loads(path.read_text()) if path.is_file() else {}
+        except (OSError, ValueError) as e:
+            goldens[fixture] = {"manifest": str(path), "error": str(e)}
+            continue
+        goldens[fixture] = {
+            "manifest": str(path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path),
+            "tier": VAD_TIER,
+            "oracle": profile.oracle,
+            "blobs": {k: v["sha256"] for k, v in manifest.get("blobs", {}).items()},
+        }
+    from harness.session import oracle_pins_hash
+
+    artifact = profile.artifact
+    return {
+        "kind": "vad",
+        "tier": VAD_TIER,
+        "oracle": profile.oracle,
+        "oracle_pins_hash": oracle_pins_hash(profile.oracle),
+        "oracles": {profile.oracle: oracle_pins_hash(profile.oracle)},
+        "artifact": {
+            "package": f"{artifact.package}=={artifact.version}",
+            "wheel_sha256": artifact.wheel_sha256,
+            "file": artifact.file,
+            "sha256": artifact.sha256,
+        },
+        "ran_twin": False,  # the package's own weights
+        "oracle_defects": [],
+        "goldens": goldens,
+    }
 
 
 def run_gate(fixtures: list[str] | None = None, update: bool = False) -> list[FixtureVerdict]:

@@ -99,7 +99,8 @@ def test_compiled_equals_eager_in_bfloat16(mini_bf16: UniversalLlama) -> None:
 def test_compiled_passes_the_mlx_lm_goldens(session: ParitySession) -> None:
     """The L1 step gates, compiled, against the oracle's goldens (a chat and a forced EOS)."""
     rows = gate(session, session.profile(FP32), "auto", ["think-default", "eos-im-end"])
-    assert {r["check"] for r in rows} >= {"prefill_logits", "decode_logits", "teacher_forced_logits", "greedy_tokens"}
+    judged = {"prefill_logits", "decode_logits", "teacher_forced_logits", "greedy_tokens", "eos_stop"}
+    assert {r["check"] for r in rows} == judged, rows
     assert all(r["passed"] for r in rows), [r for r in rows if not r["passed"]]
     assert all(not any(ran.startswith("eager") for ran in r["ran"]) for r in rows), rows
 

@@ -105,11 +105,15 @@ def test_golden_key_dispatches_on_the_oracle_family(monkeypatch: pytest.MonkeyPa
 # -- tracked goldens: fresh, or absent --------------------------------------------------------
 
 
-def _tracked_manifests() -> list[Path]:
+def _tracked_json() -> list[Path]:
     out = subprocess.run(["git", "ls-files", "goldens"], capture_output=True, text=True, cwd=REPO_ROOT, check=False)
     if out.returncode != 0:
         pytest.skip("not a git checkout: no tracked goldens to check")
     return [REPO_ROOT / line for line in out.stdout.splitlines() if line.endswith(".json")]
+
+
+def _tracked_manifests() -> list[Path]:
+    return [p for p in _tracked_json() if p.parent.name != "calibration"]
 
 
 def test_every_tracked_golden_is_fresh() -> None:
@@ -166,6 +170,41 @@ def test_every_tracked_golden_is_fresh() -> None:
         if problems:
             stale.append(f"{path.relative_to(REPO_ROOT)}: {', '.join(problems)}")
     assert not stale, f"{len(stale)} stale tracked goldens:\n" + "\n".join(stale[:20])
+
+
+def test_every_tracked_calibration_record_is_intact_and_of_its_golden() -> None:
+    """An L2 fast-path scenario's calibration record (harness/fastpath_record.py) is tracked
+    beside its golden: unedited, measured against that very golden, with the profile's budget;
+    and a tracked golden of a whisper-fast scenario comes with its record (fresh or absent)."""
+    from harness.fastpath_record import identity_of, read_record
+    from harness.profile import find_profile
+
+    records = [p for p in _tracked_json() if p.parent.name == "calibration"]
+    problems = []
+    for path in records:
+        key_dir = path.parent.parent
+        model, key, scenario_id = key_dir.parent.name, key_dir.name, path.stem
+        manifest_path = key_dir / f"{scenario_id}.json"
+        if not manifest_path.is_file():
+            problems.append(f"{path.relative_to(REPO_ROOT)}: no tracked golden beside it")
+            continue
+        m = json.loads(manifest_path.read_text())
+        rows = m["compact"]["logits"]["row_sha256"]
+        try:
+            record = read_record(path, model, scenario_id, key, identity_of(m["record"]["tokens"], rows))
+        except Exception as e:  # noqa: BLE001 - every problem is listed
+            problems.append(f"{path.relative_to(REPO_ROOT)}: {e}")
+            continue
+        scenario = find_profile(model).scenario(scenario_id)
+        if record.budget != scenario.composition["budget"]["max_differing_tokens"]:
+            problems.append(f"{path.relative_to(REPO_ROOT)}: budget {record.budget}, the profile's differs")
+    for path in _tracked_manifests():
+        m = json.loads(path.read_text())
+        if (m.get("scenario_spec", {}).get("composition") or {}).get("kind") == "whisper-fast":
+            if (path.parent / "calibration" / path.name) not in records:
+                problems.append(f"{path.relative_to(REPO_ROOT)}: a whisper-fast golden without its calibration record")
+    assert records
+    assert not problems, "\n".join(problems)
 
 
 # -- a host whose key has no tracked goldens ---------------------------------------------------

@@ -120,10 +120,11 @@ scenarios:
             "    oracle: openai-whisper\n    checks: [decode_tokens, decode_logits]",
             "compare MLX bits, which openai-whisper (PyTorch) does not compute",
         ),
-        # An L2 budget without a recorded origin is refused.
+        # An L2 budget's origin lives in its calibration record, not in a string typed beside it.
         (
-            "    composition: {kind: whisper-fast, budget: {max_differing_tokens: 2}}\n    checks: [token_budget]",
-            "budget.origin: expected the recorded origin",
+            "    composition: {kind: whisper-fast, budget: {max_differing_tokens: 2, origin: x}}\n"
+            "    checks: [token_budget]",
+            "budget.origin: the origin of a budget lives in its calibration record",
         ),
         ("    composition: {kind: whisper-fast}\n    checks: [token_budget]", "budget: expected"),
         ("    checks: [token_budget]", "token_budget judges an in-tree composition"),
@@ -148,7 +149,7 @@ def test_foreign_oracle_and_fast_path_scenarios_load(isolated: Path) -> None:
     profile = load_profile(write_profile(isolated, text=SPEECH_PROFILE.format(extra=extra)))
     assert profile.oracle_of(profile.scenarios[0]) == "openai-whisper" and profile.tier_of(profile.scenarios[0]) == "L1"
     extra = (
-        "    composition:\n      kind: whisper-fast\n      budget: {max_differing_tokens: 0, origin: calibrated}\n"
+        "    composition:\n      kind: whisper-fast\n      budget: {max_differing_tokens: 0}\n"
         "    checks: [mel, token_budget]"
     )
     profile = load_profile(write_profile(isolated, text=SPEECH_PROFILE.format(extra=extra)))

@@ -317,3 +317,52 @@ def test_an_empty_fixture_list_is_a_profile_error(tmp_path: Path) -> None:
         path.write_text(yaml.safe_dump(data | {"fixtures": empty}))
         with pytest.raises(ProfileError, match=r"fixtures: expected a non-empty list of WAV files"):
             load_vad_profile(path)
+
+
+# -- a profile kind of `make parity` (issue 15 part 5) ------------------------------------------
+
+
+def _vad_parity(tmp_path: Path, *pytest_args: str) -> tuple[int, dict]:
+    """`python -m harness parity --model silero-vad`, in process (so a test can perturb it)."""
+    from harness.__main__ import main
+
+    report = tmp_path / "report.json"
+    code = main(["parity", "--model", "silero-vad", "--report", str(report), "--", "-p", "no:xdist", *pytest_args])
+    return code, json.loads(report.read_text())
+
+
+def test_make_parity_collects_the_vad_profile(profile, tmp_path: Path) -> None:
+    code, report = _vad_parity(tmp_path, "-k", "fox.wav")
+    rows = [(r["model"], r["scenario"], r["check"], r["outcome"]) for r in report["results"]]
+    assert rows == [("silero-vad", "fox.wav", c, "passed") for c in vad_gate.vad_checks(profile)]
+    assert code == 0 and report["verdict"] == "PASS"
+    provenance = report["context"]["provenance"]["silero-vad"]
+    assert provenance["kind"] == "vad" and provenance["artifact"]["sha256"] == profile.artifact.sha256
+
+
+def test_a_perturbed_vad_fails_through_make_parity(weights, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import models.vad
+
+    monkeypatch.setattr(models.vad, "load_model", lambda weights_dir: GatesSwapped(weights))
+    code, report = _vad_parity(tmp_path, "-k", "fox.wav")
+    outcome = {r["check"]: r["outcome"] for r in report["results"]}
+    assert code == 1 and report["verdict"] == "FAIL"
+    assert outcome["input"] == "passed" and outcome["probabilities"] == "failed", outcome
+
+
+def test_input_fails_when_the_oracle_read_other_samples_and_nothing_else_is_compared(profile, model, goldens):
+    """The `input` check: the oracle's samples (sha256) and chunk count must be the in-tree side's;
+    when they are not, the other checks of that fixture are ERRORs (nothing compared), never passes."""
+    import dataclasses
+
+    other = dataclasses.replace(goldens["fox.wav"], samples_sha256="0" * 64)
+    verdict = gate_fixture(profile, model, other)
+    assert [c.name for c in verdict.checks] == ["input"] and not verdict.checks[0].passed
+    assert "vs oracle 000000000000" in verdict.checks[0].detail
+    run = vad_gate.VadRun(profile, ["fox.wav"])
+    run._model, run._goldens = model, {"fox.wav": other}
+    assert not run.check("fox.wav", "input").passed
+    from harness.errors import NothingComparedError
+
+    with pytest.raises(NothingComparedError, match="probabilities: not compared: input failed first"):
+        run.check("fox.wav", "probabilities")

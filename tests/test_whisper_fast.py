@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from harness.compare import raw_bits
-from harness.fastpath_gate import check_token_budget, token_differences
+from harness.fastpath_gate import check_token_budget, measure, token_differences
+from harness.fastpath_record import CalibrationRecord, golden_identity
 from harness.records import ScenarioRecord
 from models.whisper import fast as fast_module
 from models.whisper.audio import N_FRAMES, log_mel_spectrogram, pad_or_trim
@@ -159,23 +160,25 @@ def test_fast_greedy_decode_follows_the_faithful_decoder(small) -> None:
 
 @pytest.fixture(scope="module")
 def fox_case(artifact_dir):
+    """fox-fast's full golden, its tracked calibration record, the real model and options."""
     from harness.session import ParitySession
     from models.whisper.load import load_model
 
     session = ParitySession()
     profile = session.profile(MODEL)
-    scenario = profile.scenario("fox-greedy")
+    scenario = profile.scenario("fox-fast")
     golden = session.full_golden(profile, scenario)  # every step's full logits (not a compact golden)
+    calibration = session.calibration(profile, scenario, golden)
+    budget = int(scenario.composition["budget"]["max_differing_tokens"])
     model = load_model(artifact_dir, dtype=mx.float32)
-    fast = fast_module.as_fast(model)
     options = dict(profile.scenario_spec(scenario)["options"])
-    return golden, fast, artifact_dir, options
+    return golden, calibration, budget, model, artifact_dir, options
 
 
-def _records(fox_case, max_steps: int | None = None) -> tuple[ScenarioRecord, ScenarioRecord]:
+def _records(fox_case, fast: FastWhisper, max_steps: int | None = None) -> tuple[ScenarioRecord, ScenarioRecord]:
     """Free and teacher-forced fast records; `max_steps` caps a perturbed run's steps per window
     (a broken model babbles to the 224-step limit: slow on this CPU, and no more informative)."""
-    golden, fast, model_dir, options = fox_case
+    golden, _, _, _, model_dir, options = fox_case
     if max_steps is not None:
         options = options | {"sample_len": max_steps}
     out = []
@@ -183,7 +186,7 @@ def _records(fox_case, max_steps: int | None = None) -> tuple[ScenarioRecord, Sc
         rec = fast_transcribe_record(fast, model_dir, FOX, options, forced=forced)
         out.append(
             ScenarioRecord(
-                scenario_id="fox-greedy",
+                scenario_id="fox-fast",
                 rendered_prompt=None,
                 prompt_ids=[],
                 tokens=rec["tokens"],
@@ -196,34 +199,74 @@ def _records(fox_case, max_steps: int | None = None) -> tuple[ScenarioRecord, Sc
     return out[0], out[1]
 
 
-def test_the_gate_passes_the_real_fast_path_on_fox(fox_case) -> None:
-    golden = fox_case[0]
-    free, forced = _records(fox_case)
-    result = check_token_budget(golden, free, forced, budget=2)
+@pytest.fixture(scope="module")
+def fox_fast_records(fox_case):
+    return _records(fox_case, fast_module.as_fast(fox_case[3]))
+
+
+def test_the_gate_passes_the_real_fast_path_on_fox(fox_case, fox_fast_records) -> None:
+    golden, calibration, budget = fox_case[:3]
+    free, forced = fox_fast_records
+    result = check_token_budget(golden, free, forced, budget, calibration)
     assert result.passed, result.summary
     assert result.steps_compared == golden.extra["decode_calls"][0]["n_steps"]
     assert result.details["max_abs_logit_error"] > 0  # not bit-exact: the L2 path really differs
+    # The record is the fast path's own measurement on this key: reproduced exactly, step by step.
+    assert measure(golden, forced)["steps"] == list(calibration.steps)
 
 
-def _clear_compiled(fast: FastWhisper) -> None:
-    fast._steps.clear()
-    fast._choosers.clear()
+def test_the_gate_fails_a_budget_edited_away_from_its_record(fox_case, fox_fast_records) -> None:
+    golden, calibration, budget = fox_case[:3]
+    result = check_token_budget(golden, *fox_fast_records, budget + 5, calibration)
+    assert not result.passed
+    assert f"budget is {budget + 5} differing tokens, its calibration record says {budget}" in result.summary
+
+
+def _fresh_fast(fox_case, share_encoder: bool) -> FastWhisper:
+    """A new FastWhisper (nothing compiled yet); with `share_encoder`, it starts from the real
+    fast path's audio features of fox (its encoder is not what the perturbation changes)."""
+    fast = FastWhisper(fox_case[3])
+    if share_encoder:
+        fast._features_memo = fast_module.as_fast(fox_case[3])._features_memo
+    return fast
+
+
+def _assert_caught_by_the_bound(fox_case, free: ScenarioRecord, forced: ScenarioRecord) -> None:
+    golden, calibration, budget = fox_case[:3]
+    result = check_token_budget(golden, free, forced, budget, calibration)
+    assert not result.passed
+    assert "exceeds its calibrated bound" in result.summary, result.summary
+    assert result.details["steps_over_bound"]
+
+
+def test_the_gate_fails_a_fast_path_whose_logits_are_scaled_by_1_01(fox_case, fox_fast_records) -> None:
+    fast = _fresh_fast(fox_case, share_encoder=True)
+    fast._logits = lambda x: FastWhisper._logits(fast, x) * 1.01  # the argmax is unchanged
+    free, forced = _records(fox_case, fast, max_steps=20)
+    _assert_caught_by_the_bound(fox_case, free, forced)
+    # The tokens are the real fast path's: a budget and near-ties alone would have passed it.
+    assert free.tokens == fox_fast_records[0].tokens
+
+
+def test_the_gate_fails_an_attention_scale_one_ulp_off(fox_case) -> None:
+    fast = _fresh_fast(fox_case, share_encoder=False)
+    for name in ("audio_attention_scale", "text_attention_scale"):
+        scale = np.float32(getattr(fast, name))
+        setattr(fast, name, float(np.nextafter(scale, np.float32(np.inf))))
+    free, forced = _records(fox_case, fast, max_steps=20)
+    _assert_caught_by_the_bound(fox_case, free, forced)
 
 
 def test_the_gate_fails_a_compiled_step_without_its_timestamp_rules(fox_case, monkeypatch) -> None:
-    golden, fast = fox_case[0], fox_case[1]
+    golden, calibration, budget = fox_case[:3]
 
     class NoTimestampRules(fast_module._Chooser):
         def __init__(self, filters, forcing, eot):
             super().__init__(replace(filters, timestamps=None), forcing, eot)
 
     monkeypatch.setattr(fast_module, "_Chooser", NoTimestampRules)
-    _clear_compiled(fast)
-    try:
-        free, forced = _records(fox_case, max_steps=20)
-    finally:
-        _clear_compiled(fast)
-    result = check_token_budget(golden, free, forced, budget=2)
+    free, forced = _records(fox_case, _fresh_fast(fox_case, share_encoder=True), max_steps=20)
+    result = check_token_budget(golden, free, forced, budget, calibration)
     assert not result.passed
     assert "compiled step's rules differ from its filters" in result.summary, result.summary
 
@@ -243,6 +286,7 @@ def _record(tokens: list[int], logits: np.ndarray, mode: str, picks: list[int] |
         "tokens": [t for t in tokens if t != EOT],
         "kept": True,
         "skipped_as_silence": False,
+        "temperature": 0.0,
     }
     if picks is not None:
         call |= {"fast_filters": FILTERS, "fast_picks": [[p] for p in picks]}
@@ -259,18 +303,24 @@ def _logits(rows: list[dict[int, float]]) -> np.ndarray:
     return out
 
 
+def _calibrated(golden: ScenarioRecord, forced: ScenarioRecord, budget: int) -> CalibrationRecord:
+    """The record `make calibrate` would write for this fast path (its own measurement)."""
+    steps = tuple(measure(golden, forced)["steps"])
+    return CalibrationRecord("synthetic", "synthetic", "key", golden_identity(golden), budget, steps, {})
+
+
 ORACLE = _logits([{2: 5.0, 3: 1.0}, {4: 3.0, 5: 2.999}, {EOT: 9.0}])
+NEAR_TIE = _logits([{2: 5.0, 3: 1.0}, {4: 2.999, 5: 3.0}, {EOT: 9.0}])
 
 
 def test_a_near_tie_flip_within_budget_passes_and_budget_zero_fails() -> None:
     golden = _record([2, 4, EOT], ORACLE, "free")
-    fast_logits = _logits([{2: 5.0, 3: 1.0}, {4: 2.999, 5: 3.0}, {EOT: 9.0}])
-    free = _record([2, 5, EOT], fast_logits, "free")
-    forced = _record([2, 4, EOT], fast_logits, "teacher_forced", picks=[2, 5, EOT])
-    ok = check_token_budget(golden, free, forced, budget=1)
+    free = _record([2, 5, EOT], NEAR_TIE, "free")
+    forced = _record([2, 4, EOT], NEAR_TIE, "teacher_forced", picks=[2, 5, EOT])
+    ok = check_token_budget(golden, free, forced, 1, _calibrated(golden, forced, 1))
     assert ok.passed and ok.details["flips"][0]["near_tie"], ok.summary
-    assert "decode call 0 step 1" in ok.summary
-    tight = check_token_budget(golden, free, forced, budget=0)
+    assert "decode call 0 step 1" in ok.summary and "arises at decode call 0 step 1" in ok.summary
+    tight = check_token_budget(golden, free, forced, 0, _calibrated(golden, forced, 0))
     assert not tight.passed and "1 differing tokens over the budget of 0" in tight.summary
 
 
@@ -279,7 +329,7 @@ def test_a_wide_margin_flip_is_rejected_whatever_the_budget() -> None:
     fast_logits = _logits([{2: 5.0, 3: 1.0}, {4: 3.0, 3: 0.5}, {EOT: 9.0}])  # 4 still far ahead
     forced = _record([2, 4, EOT], fast_logits, "teacher_forced", picks=[2, 3, EOT])
     free = _record([2, 3, EOT], fast_logits, "free")
-    result = check_token_budget(golden, free, forced, budget=5)
+    result = check_token_budget(golden, free, forced, 5, _calibrated(golden, forced, 5))
     assert not result.passed
     assert "NOT a near-tie" in result.summary and "oracle 4 vs fast 3" in result.summary, result.summary
 
@@ -289,8 +339,53 @@ def test_a_flip_onto_a_suppressed_token_is_not_a_near_tie() -> None:
     fast_logits = _logits([{2: 5.0, 3: 1.0}, {4: 3.0, 6: 3.5}, {EOT: 9.0}])
     forced = _record([2, 4, EOT], fast_logits, "teacher_forced", picks=[2, 6, EOT])
     free = _record([2, 6, EOT], fast_logits, "free")
-    result = check_token_budget(golden, free, forced, budget=5)
+    result = check_token_budget(golden, free, forced, 5, _calibrated(golden, forced, 5))
     assert not result.passed and "forbid" in result.summary, result.summary
+
+
+def test_a_logit_error_over_its_recorded_bound_fails_at_that_step() -> None:
+    golden = _record([2, 4, EOT], ORACLE, "free")
+    recorded = _logits([{2: 5.0, 3: 1.0}, {4: 3.0, 5: 2.999, 0: 1e-5}, {EOT: 9.0}])
+    calibration = _calibrated(golden, _record([2, 4, EOT], recorded, "teacher_forced", [2, 4, EOT]), 0)
+    free = _record([2, 4, EOT], ORACLE, "free")
+    for value, passes in ((1e-5, True), (5e-6, True), (2e-5, False)):  # equal, smaller, larger error
+        fast = _logits([{2: 5.0, 3: 1.0}, {4: 3.0, 5: 2.999, 0: value}, {EOT: 9.0}])
+        result = check_token_budget(
+            golden, free, _record([2, 4, EOT], fast, "teacher_forced", [2, 4, EOT]), 0, calibration
+        )
+        assert result.passed is passes, result.summary
+    assert "decode call 0 step 1: 2e-05 > 1e-05" in result.summary, result.summary
+
+
+def test_a_run_the_fast_path_never_decoded_fails() -> None:
+    """Every call delegated to the faithful decoder (no picks): nothing of the fast path judged."""
+    golden = _record([2, 4, EOT], ORACLE, "free")
+    forced = _record([2, 4, EOT], ORACLE, "teacher_forced")  # no fast_picks: delegated
+    result = check_token_budget(golden, golden, forced, 0, _calibrated(golden, forced, 0))
+    assert not result.passed and "decoded no greedy step" in result.summary, result.summary
+
+
+def test_a_free_run_that_differs_where_teacher_forcing_agrees_is_unexplained() -> None:
+    """The free run flips at step 1 but, fed the same prefix, the fast path picks the oracle's
+    token: the difference is not a near-tie of this fast path, whatever the budget."""
+    golden = _record([2, 4, EOT], ORACLE, "free")
+    free = _record([2, 5, EOT], NEAR_TIE, "free")
+    forced = _record([2, 4, EOT], ORACLE, "teacher_forced", picks=[2, 4, EOT])
+    result = check_token_budget(golden, free, forced, 5, _calibrated(golden, forced, 5))
+    assert not result.passed
+    assert "first differs at decode call 0 step 1" in result.summary and "disagree" in result.summary
+
+
+def test_differences_after_the_first_follow_from_it() -> None:
+    """A near-tie flip at step 1, then a different continuation: all counted, all attributed."""
+    oracle = _logits([{2: 5.0}, {4: 3.0, 5: 2.999}, {3: 4.0}, {EOT: 9.0}])
+    fast = _logits([{2: 5.0}, {4: 2.999, 5: 3.0}, {3: 4.0}, {EOT: 9.0}])
+    golden = _record([2, 4, 3, EOT], oracle, "free")
+    forced = _record([2, 4, 3, EOT], fast, "teacher_forced", picks=[2, 5, 3, EOT])
+    free = _record([2, 5, 1, 1, EOT], np.vstack([fast[:2], fast[1:2], fast[1:2], fast[3:]]), "free")
+    result = check_token_budget(golden, free, forced, 3, _calibrated(golden, forced, 3))
+    assert result.passed, result.summary
+    assert result.details["differing_tokens"] == 3 and result.details["arising"]["step"] == 1
 
 
 def test_token_differences_counts_spans() -> None:

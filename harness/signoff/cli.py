@@ -144,9 +144,9 @@ def worst_exit_code(codes) -> int:
 
 
 def _all_profiles() -> list[str]:
-    from harness.profile import available_profiles
+    from harness.pytest_plugin import known_models
 
-    return sorted(available_profiles())
+    return sorted(known_models())
 
 
 def machine_facts() -> dict[str, str]:

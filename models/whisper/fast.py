@@ -103,6 +103,9 @@ class FastWhisper:
         self._cross_v = mx.concatenate([c.value.weight for c in cross], axis=0)
         self._cross_v_bias = mx.concatenate([c.value.bias for c in cross])
         mx.eval(self._encoder_qkv, self._decoder_qkv, self._cross_k, self._cross_v, self._cross_v_bias)
+        # The fused SDPA's scales (float32 inside the kernel), held here so a test can move them.
+        self.audio_attention_scale = (self.dims.n_audio_state // self.dims.n_audio_head) ** -0.5
+        self.text_attention_scale = (self.dims.n_text_state // self.dims.n_text_head) ** -0.5
         self._encode = mx.compile(self._encoder_forward)
         self._steps: dict[tuple[FastFilters, bool, int], Any] = {}
         self._choosers: dict[tuple[FastFilters, bool, int], Any] = {}
@@ -145,7 +148,7 @@ class FastWhisper:
             )
         x = x + enc._positional_embedding
         n_head = self.dims.n_audio_head
-        scale = (self.dims.n_audio_state // n_head) ** -0.5
+        scale = self.audio_attention_scale
         for block, (w_qkv, b_qkv) in zip(enc.blocks, self._encoder_qkv, strict=True):
             q, k, v = mx.split(mx.addmm(b_qkv, _layer_norm(x, block.attn_ln), w_qkv.T), 3, axis=-1)
             attended = mx.fast.scaled_dot_product_attention(
@@ -181,7 +184,7 @@ class FastWhisper:
         or (`offset` None, no buffers) the prompt from position 0."""
         dec = self.model.decoder
         n_head = self.dims.n_text_head
-        scale = (self.dims.n_text_state // n_head) ** -0.5
+        scale = self.text_attention_scale
         n_ctx = self.dims.n_text_ctx
         n_new = x.shape[1]
         positions = mx.arange(n_ctx)
