@@ -178,6 +178,44 @@ def _ranker_without_length_norm() -> contextlib.AbstractContextManager[None]:
     return _setattr(decoding.MaximumLikelihoodRanker, "rank", rank)
 
 
+def _patience_ignored() -> contextlib.AbstractContextManager[None]:
+    import models.whisper.decoding as decoding
+
+    original = decoding.BeamSearchDecoder.__init__
+
+    def init(self: Any, beam_size: int, eot: int, inference: Any, patience: float | None = None) -> None:
+        original(self, beam_size, eot, inference, patience)
+        self.max_candidates = beam_size  # as if patience were 1
+
+    return _setattr(decoding.BeamSearchDecoder, "__init__", init)
+
+
+def _one_candidate_short() -> contextlib.AbstractContextManager[None]:
+    import models.whisper.decoding as decoding
+
+    original = decoding.BeamSearchDecoder.top_candidates
+
+    def top(self: Any, logits: mx.array, sum_logprobs: mx.array) -> tuple[list, list]:
+        ids, scores = original(self, logits, sum_logprobs)
+        return [row[:-1] for row in ids], [row[:-1] for row in scores]  # beam_size, not beam_size + 1
+
+    return _setattr(decoding.BeamSearchDecoder, "top_candidates", top)
+
+
+def _segment_end_one_step_late() -> contextlib.AbstractContextManager[None]:
+    import models.whisper.transcribe as transcribe
+
+    original = transcribe.split_segments
+
+    def split(*args: Any, **kwargs: Any) -> Any:
+        window = original(*args, **kwargs)
+        for segment in window.segments:
+            segment["end"] = round(segment["end"] + 0.02, 2)  # one timestamp step
+        return window
+
+    return _setattr(transcribe, "split_segments", split)
+
+
 def _subtitle_line_one_wider() -> contextlib.AbstractContextManager[None]:
     import models.whisper.writers as writers
 
@@ -355,6 +393,27 @@ MUTANTS = [
         "whisper-tiny-en",
         "message-beam5-patience",
         patch=_ranker_without_length_norm,
+    ),
+    Mutant(
+        "beam-patience",
+        "beam search waits for beam_size finished sequences, not beam_size x patience",
+        "whisper-tiny-en",
+        "message-beam5-patience",
+        patch=_patience_ignored,
+    ),
+    Mutant(
+        "beam-candidates",
+        "beam search expands beam_size candidates per beam instead of beam_size + 1",
+        "whisper-tiny-en",
+        "message-beam5-patience",
+        patch=_one_candidate_short,
+    ),
+    Mutant(
+        "segment-end",
+        "every segment ends one timestamp step (20 ms) late",
+        "whisper-tiny-en",
+        "fox-beam5",
+        patch=_segment_end_one_step_late,
     ),
     Mutant(
         "subtitle-width",
