@@ -498,7 +498,7 @@ def test_transcribe_falls_back_on_repetition_and_records_calls(small_tokenizer):
     assert again == out and replay.decode_calls == calls
 
 
-def test_transcribe_skips_silence_and_resets_the_prompt(small_tokenizer):
+def test_transcribe_clears_an_empty_segment_and_skips_a_silent_window(small_tokenizer):
     tok = small_tokenizer
     tb = tok.timestamp_begin
     model = ScriptedModel(tok, [tb, tok.eot])
