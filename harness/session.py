@@ -581,7 +581,7 @@ class ParitySession:
             else:
                 golden = self.golden(profile, scenario).record
                 expected = oracle_module_outputs(oracle, self.artifact(profile).model_dir, spec, row)
-                actual = intree_module_outputs(self.runner(profile), spec, golden, row)
+                actual = intree_module_outputs(self.runner(profile), self.intree_spec(profile, scenario), golden, row)
                 self._localizations[key] = first_divergence(expected, actual, row)
         return self._localizations[key]
 
