@@ -140,10 +140,23 @@ def scoped_out(models: list[str]) -> list[str]:
     ]
 
 
-class ProfileFile(pytest.File):
-    def collect(self):
+class _ProfileCollector(pytest.File):
+    """A profile file of either kind: collected when its model is requested (or none is);
+    a profile error is its own one-line ERROR."""
+
+    def wanted(self) -> bool:
         requested = _requested(self.config)
-        if requested and self.path.stem not in requested:
+        return not requested or self.path.stem in requested
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, HarnessError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+
+class ProfileFile(_ProfileCollector):
+    def collect(self):
+        if not self.wanted():
             return
         profile = load_profile(self.path)
         for scenario in profile.scenarios:
@@ -161,11 +174,6 @@ class ProfileFile(pytest.File):
                 for tag in scenario.tags:
                     item.add_marker(getattr(pytest.mark, tag))
                 yield item
-
-    def repr_failure(self, excinfo, style=None):
-        if isinstance(excinfo.value, HarnessError):
-            return str(excinfo.value)
-        return super().repr_failure(excinfo)
 
 
 class ParityFailure(Exception):
@@ -221,12 +229,11 @@ class ParityItem(pytest.Item):
         return self.path, None, f"{self.profile.name}::{self.scenario.id}::{self.check}"
 
 
-class VadProfileFile(pytest.File):
+class VadProfileFile(_ProfileCollector):
     """A VAD profile: one item per fixture and check (harness/vad_gate.py judges)."""
 
     def collect(self):
-        requested = _requested(self.config)
-        if requested and self.path.stem not in requested:
+        if not self.wanted():
             return
         profile = load_vad_profile(self.path)
         for fixture in profile.fixtures:
@@ -237,11 +244,6 @@ class VadProfileFile(pytest.File):
                 item.add_marker(pytest.mark.parity)
                 item.add_marker(pytest.mark.xdist_group(profile.name))  # one model load, one oracle run
                 yield item
-
-    def repr_failure(self, excinfo, style=None):
-        if isinstance(excinfo.value, HarnessError):
-            return str(excinfo.value)
-        return super().repr_failure(excinfo)
 
 
 class VadItem(pytest.Item):
