@@ -147,7 +147,7 @@ class Resolution:
 
     def problems(self) -> list[str]:
         """What makes this resolution unusable for the harness, beyond resolving at all."""
-        from harness.venvs import ORACLE_FAMILY
+        from harness.runners.venvs import ORACLE_FAMILY
 
         oracle = self.pins.path.parent.name
         family = ORACLE_FAMILY.get(oracle, "mlx")  # the project venv runs MLX

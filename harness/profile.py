@@ -21,7 +21,7 @@ import yaml
 
 from harness.errors import ProfileError, UnknownModelError
 from harness.paths import REPO_ROOT, profiles_dir
-from harness.venvs import MLX_FREE_ORACLES
+from harness.runners.venvs import MLX_FREE_ORACLES
 
 LlmCheck = Literal[
     "prompt_identity",
@@ -264,7 +264,7 @@ class Scenario:
 
 def _check_budget(composition: dict[str, Any], where: str) -> None:
     """An L2 budget states its size; the number and its origin come from the scenario's
-    calibration record (harness/fastpath_record.py), which the gate requires to agree."""
+    calibration record (harness/goldens/calibration.py), which the gate requires to agree."""
     budget = composition.get("budget")
     if not isinstance(budget, dict):
         raise ProfileError(f"{where}.budget: expected {{max_differing_tokens: N}}")

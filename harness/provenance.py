@@ -28,7 +28,7 @@ import subprocess
 from dataclasses import asdict, dataclass
 
 from harness.errors import OracleError
-from harness.venvs import OracleEnv, ensure_oracle_env, oracle_family
+from harness.runners.venvs import OracleEnv, ensure_oracle_env, oracle_family
 
 # Name patterns of BLAS libraries, most specific first: the first one loaded wins.
 _BLAS_PATTERNS = (

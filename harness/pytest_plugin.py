@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from harness.compare import CheckResult
+from harness.checks.compare import CheckResult
 from harness.errors import HarnessError
 from harness.paths import profiles_dir
 from harness.profile import Profile, Scenario, available_profiles, load_profile

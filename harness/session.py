@@ -19,8 +19,9 @@ from typing import Any
 from filelock import FileLock
 
 from harness import HARNESS_VERSION
-from harness.artifacts import ResolvedArtifact, resolve_artifact, sha256_file
-from harness.compare import (
+from harness.artifacts.files import sha256_file
+from harness.artifacts.resolve import ResolvedArtifact, resolve_artifact
+from harness.checks.compare import (
     ULP_BUCKETS,
     CheckResult,
     compare_array,
@@ -31,23 +32,26 @@ from harness.compare import (
     compare_tokens,
     diff_vectors,
 )
-from harness.errors import GoldenError, HarnessError, NonDeterministicError, OracleError, OracleVersionError
-from harness.fastpath_record import CalibrationRecord, golden_identity, read_record
-from harness.localize import (
+from harness.checks.localize import (
     Localization,
     can_localize,
     first_divergence,
     intree_module_outputs,
     oracle_module_outputs,
 )
+from harness.errors import GoldenError, HarnessError, NonDeterministicError, OracleError, OracleVersionError
+from harness.goldens.calibration import CalibrationRecord, golden_identity, read_record
+from harness.goldens.store import Golden, GoldenStatus, GoldenStore
 from harness.paths import REPO_ROOT, cache_root, goldens_dir, oracles_dir
 from harness.profile import FOREIGN_ORACLES, Profile, Scenario, find_profile
 from harness.progress import progress
 from harness.provenance import device_facts, golden_key
 from harness.records import ScenarioRecord, array_sha256
-from harness.runners import InTreeRunner, ModelHook, OracleRunner, WhisperRunner
-from harness.store import Golden, GoldenStatus, GoldenStore
-from harness.venvs import ensure_oracle_env, pins_hash, read_pins
+from harness.runners import ModelHook
+from harness.runners.llama import LlamaRunner
+from harness.runners.oracle import OracleRunner
+from harness.runners.venvs import ensure_oracle_env, pins_hash, read_pins
+from harness.runners.whisper import WhisperRunner
 
 # Which in-tree run each check judges: the free-running one or the teacher-forced one.
 CheckFn = Callable[[ScenarioRecord, ScenarioRecord], CheckResult]
@@ -218,7 +222,7 @@ class ParitySession:
     _profiles: dict[str, Profile] = field(default_factory=dict)
     _artifacts: dict[str, ResolvedArtifact] = field(default_factory=dict)
     _goldens: dict[str, dict[str, Golden]] = field(default_factory=dict)
-    _runners: dict[str, InTreeRunner] = field(default_factory=dict)
+    _runners: dict[str, LlamaRunner] = field(default_factory=dict)
     _records: dict[tuple[str, str, str], ScenarioRecord] = field(default_factory=dict)
     # A profile whose goldens could not be had fails every later check with the same error,
     # rather than running the oracle again for each one.
@@ -398,9 +402,9 @@ class ParitySession:
 
     # -- in-tree -----------------------------------------------------------------------------
 
-    def runner(self, profile: Profile) -> InTreeRunner:
+    def runner(self, profile: Profile) -> LlamaRunner:
         if profile.name not in self._runners:
-            runners = {"universal-llama": InTreeRunner, "whisper": WhisperRunner}
+            runners = {"universal-llama": LlamaRunner, "whisper": WhisperRunner}
             if profile.implementation not in runners:
                 raise HarnessError(f"{profile.name}: no in-tree runner for implementation {profile.implementation!r}")
             self._runners[profile.name] = runners[profile.implementation](
@@ -546,7 +550,7 @@ class ParitySession:
         golden = self.golden(profile, scenario).record  # writers judge the transcript only
         free = self.intree(profile, scenario, "free")
         if check == "writers":
-            from harness.writers_gate import check_writers
+            from harness.checks.writers import check_writers
 
             # One key order for both: the writers are judged on the same result (the golden's
             # JSON keeps its keys sorted, a transcript dict keeps insertion order).
@@ -556,7 +560,7 @@ class ParitySession:
                 str(REPO_ROOT / scenario.audio),
                 dict(scenario.writer_options),
             )
-        from harness.fastpath_gate import check_token_budget
+        from harness.checks.token_budget import check_token_budget
 
         golden = self.full_golden(profile, scenario)  # margins need the oracle's full vectors
         calibration = self.calibration(profile, scenario, golden)

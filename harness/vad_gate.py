@@ -43,7 +43,8 @@ import numpy as np
 import yaml
 from filelock import FileLock
 
-from harness.artifacts import fetch_wheel_member, intact, record_files, sha256_file
+from harness.artifacts.files import intact, record_files, sha256_file
+from harness.artifacts.wheels import WheelMember, fetch_wheel_member
 from harness.errors import (
     ArtifactError,
     GoldenError,
@@ -54,12 +55,11 @@ from harness.errors import (
     StaleGoldenError,
 )
 from harness.fileio import atomic_write_json
+from harness.goldens.store import GoldenStore, provenance_differences
 from harness.paths import REPO_ROOT, cache_root, goldens_dir, profiles_dir
-from harness.profile import ArtifactSpec
 from harness.progress import progress
 from harness.provenance import device_facts, golden_key
-from harness.store import GoldenStore, provenance_differences
-from harness.venvs import OracleEnv, ensure_oracle_env
+from harness.runners.venvs import OracleEnv, ensure_oracle_env
 
 CONVERTER_VERSION = 1  # bump when models/vad/convert.py changes what it writes
 PROFILE_KEYS = {
@@ -153,8 +153,7 @@ def resolve_vad_weights(profile: VadProfile) -> Path:
     from models.vad.load import WEIGHTS_FILE, save_converted
 
     art = profile.artifact
-    spec = ArtifactSpec(source="pypi-gguf", package=art.package, version=art.version, file=art.file, sha256=art.sha256)
-    jit = fetch_wheel_member(spec)
+    jit = fetch_wheel_member(WheelMember(art.package, art.version, art.file, art.sha256))
     wheel = cache_root() / "downloads" / f"{art.package}-{art.version}" / art.wheel
     if not wheel.is_file():
         raise ArtifactError(f"missing artifact: {wheel} (the pinned wheel {art.wheel}) is not in the download cache")

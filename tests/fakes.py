@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.artifacts import ResolvedArtifact
+from harness.artifacts.resolve import ResolvedArtifact
 from harness.provenance import device_facts
 from harness.records import ScenarioRecord
 from harness.session import ParitySession

@@ -14,7 +14,7 @@ import builtins
 import json
 import os
 
-from harness.compare import CheckResult
+from harness.checks.compare import CheckResult
 from harness.session import ParitySession
 
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import yaml
 
-from harness.calibrate import differing_tokens, first_divergences, max_logit_diff, summarize, write_budget
 from harness.errors import HarnessError
 from harness.paths import REPO_ROOT
 from harness.profile import load_profile
+from harness.tools.calibrate import differing_tokens, first_divergences, max_logit_diff, summarize, write_budget
 
 
 def test_differing_tokens_counts_each_changed_run_once_by_its_longer_side() -> None:

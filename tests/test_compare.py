@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.compare import compare_eos, compare_prompt, compare_steps, compare_tokens, diff_vectors, ulp_distance
+from harness.checks.compare import (
+    compare_eos,
+    compare_prompt,
+    compare_steps,
+    compare_tokens,
+    diff_vectors,
+    ulp_distance,
+)
 from harness.records import ScenarioRecord
 
 
@@ -95,7 +102,7 @@ def test_eos_stop(oracle_eos, intree_eos, tokens_a, ok) -> None:
 
 
 def test_ulp_histogram_buckets_by_powers_of_two() -> None:
-    from harness.compare import ULP_BUCKETS, ulp_histogram
+    from harness.checks.compare import ULP_BUCKETS, ulp_histogram
 
     base = np.ones(5, np.float32)
     bits = base.view(np.int32).copy()
@@ -105,7 +112,7 @@ def test_ulp_histogram_buckets_by_powers_of_two() -> None:
 
 
 def test_json_results_compare_exactly_and_nan_only_matches_nan() -> None:
-    from harness.compare import compare_json
+    from harness.checks.compare import compare_json
 
     same = {"text": " hi", "segments": [{"avg_logprob": float("nan"), "end": 1.5}]}
     assert compare_json(
@@ -122,7 +129,7 @@ def test_json_results_compare_exactly_and_nan_only_matches_nan() -> None:
 
 
 def test_token_flips_are_classified_as_near_ties_or_not() -> None:
-    from harness.compare import compare_tokens
+    from harness.checks.compare import compare_tokens
 
     def record(logits: list[list[float]], tokens: list[int]) -> ScenarioRecord:
         return ScenarioRecord("s", None, [1], tokens, np.array(logits, dtype=np.float32), [2])
@@ -142,7 +149,7 @@ def test_token_flips_are_classified_as_near_ties_or_not() -> None:
 
 
 def test_eos_stop_is_judged_per_segment() -> None:
-    from harness.compare import compare_eos
+    from harness.checks.compare import compare_eos
 
     def record(tokens: list[int]) -> ScenarioRecord:
         rows = [{"row_offset": 0, "n_steps": 3}, {"row_offset": 3, "n_steps": 3}]
@@ -156,7 +163,7 @@ def test_eos_stop_is_judged_per_segment() -> None:
 
 def test_nothing_to_compare_is_an_error_never_a_pass() -> None:
     """Issue 15 part 2: no rows, no tokens, no prompt, no transcript: an error, not a pass."""
-    from harness.compare import compare_json
+    from harness.checks.compare import compare_json
     from harness.errors import NothingComparedError
 
     empty = record(np.zeros((0, 4), dtype=np.float32), [])

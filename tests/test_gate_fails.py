@@ -96,11 +96,11 @@ def test_a_run_that_does_not_stop_at_eos_fails_eos_stop(monkeypatch: pytest.Monk
     """`stop: eos` (issue 15): an in-tree loop that ignores EOS runs its full step budget; the
     oracle's stream_generate stopped at step 7. eos_stop says so, and the logits gates see a
     longer trajectory as a wrong tensor, not as 8 identical rows."""
-    from harness.runners import InTreeRunner
+    from harness.runners.llama import LlamaRunner
 
-    collect = InTreeRunner._collect
+    collect = LlamaRunner._collect
     monkeypatch.setattr(
-        InTreeRunner, "_collect", lambda self, steps, n, *a, stop=None, **k: collect(self, steps, n, *a, **k)
+        LlamaRunner, "_collect", lambda self, steps, n, *a, stop=None, **k: collect(self, steps, n, *a, **k)
     )
     results = judge(None, "chat-stops-at-eos", "eos_stop", "decode_logits", "greedy_tokens")
     eos = results["eos_stop"]

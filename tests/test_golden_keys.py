@@ -120,11 +120,11 @@ def test_every_tracked_golden_is_fresh() -> None:
     """A tracked manifest made by another generator, pins, profile or format is stale on every
     machine its key serves: it must be regenerated or removed, not shipped."""
     from harness import COMPACT_GOLDEN_FORMAT, FULL_GOLDEN_FORMAT, HARNESS_VERSION
-    from harness.artifacts import sha256_file
+    from harness.artifacts.files import sha256_file
     from harness.paths import oracles_dir
     from harness.profile import find_profile
+    from harness.runners.venvs import pins_hash, read_pins
     from harness.session import SHARED_GENERATORS
-    from harness.venvs import pins_hash, read_pins
 
     manifests = _tracked_manifests()
     assert manifests
@@ -173,10 +173,10 @@ def test_every_tracked_golden_is_fresh() -> None:
 
 
 def test_every_tracked_calibration_record_is_intact_and_of_its_golden() -> None:
-    """An L2 fast-path scenario's calibration record (harness/fastpath_record.py) is tracked
+    """An L2 fast-path scenario's calibration record (harness/goldens/calibration.py) is tracked
     beside its golden: unedited, measured against that very golden, with the profile's budget;
     and a tracked golden of a whisper-fast scenario comes with its record (fresh or absent)."""
-    from harness.fastpath_record import identity_of, read_record
+    from harness.goldens.calibration import identity_of, read_record
     from harness.profile import find_profile
 
     records = [p for p in _tracked_json() if p.parent.name == "calibration"]

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.artifacts import FILES_RECORD, _convert_once, check_files, verify_hub_snapshot
+from harness.artifacts.files import FILES_RECORD, check_files
+from harness.artifacts.resolve import _convert_once, verify_hub_snapshot
 from harness.errors import ArtifactError, GoldenError
 from harness.profile import ArtifactSpec
 from tests.conftest import VALID_PROFILE, write_profile

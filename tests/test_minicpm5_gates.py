@@ -14,7 +14,7 @@ import mlx.core as mx
 import pytest
 
 from harness.errors import NonDeterministicError
-from harness.runners import InTreeRunner
+from harness.runners.llama import LlamaRunner
 from harness.session import CHECKS, ParitySession
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("minicpm5-2b-mini")]
@@ -27,7 +27,7 @@ def session() -> ParitySession:
     return ParitySession()
 
 
-def judge(session: ParitySession, scenario_id: str, check: str, runner: InTreeRunner | None = None, **spec_edits):
+def judge(session: ParitySession, scenario_id: str, check: str, runner: LlamaRunner | None = None, **spec_edits):
     profile = session.profile(MODEL)
     scenario = profile.scenario(scenario_id)
     golden = session.full_golden(profile, scenario)  # the check functions read full vectors
@@ -38,13 +38,13 @@ def judge(session: ParitySession, scenario_id: str, check: str, runner: InTreeRu
     return fn(golden, record)
 
 
-def edited_artifact(session: ParitySession, tmp_path: Path, name: str, edit) -> InTreeRunner:
+def edited_artifact(session: ParitySession, tmp_path: Path, name: str, edit) -> LlamaRunner:
     source = session.artifact(session.profile(MODEL)).model_dir
     copy = tmp_path / "artifact"
     shutil.copytree(source, copy)
     path = copy / name
     path.write_text(edit(path.read_text()))
-    return InTreeRunner(copy)
+    return LlamaRunner(copy)
 
 
 def test_unperturbed_gates_pass(session: ParitySession) -> None:
@@ -155,7 +155,7 @@ def test_a_cache_not_kept_across_turns_is_caught(session: ParitySession, monkeyp
     monkeypatch.setattr(universal, "chat_turn_steps", fresh_cache_each_turn)
     profile = session.profile(MODEL)
     n = profile.steps(profile.scenario("cache-reuse")) + 1
-    runner = InTreeRunner(session.artifact(profile).model_dir)
+    runner = LlamaRunner(session.artifact(profile).model_dir)
     result = judge(session, "cache-reuse", "teacher_forced_logits", runner)
     assert not result.passed and result.first_bad_step == n, result.summary
     assert "(turn 1 step 0)" in result.summary, result.summary
@@ -171,7 +171,7 @@ def test_batch_rows_without_the_padding_mask_are_caught(
     monkeypatch.setattr(
         cache_module, "create_batch_causal_mask", lambda n, offset, left_padding: original(n, offset, left_padding * 0)
     )
-    runner = InTreeRunner(session.artifact(session.profile(MODEL)).model_dir)
+    runner = LlamaRunner(session.artifact(session.profile(MODEL)).model_dir)
     result = judge(session, "batch-two-rows", "teacher_forced_logits", runner)
     assert not result.passed and "(batch row 0 step 0)" in result.summary, result.summary
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import mutants
-from harness.compare import CheckResult
+from harness.checks.compare import CheckResult
 from harness.errors import InTreeRunError
 from harness.paths import REPO_ROOT
 from harness.profile import find_profile
 from harness.session import ParitySession
+from harness.tools import mutants
 
 
 def test_every_mutant_names_a_scenario_of_its_profile() -> None:

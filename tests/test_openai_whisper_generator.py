@@ -213,7 +213,7 @@ print(json.dumps({
 
 
 def run_probe(model_dir: Path) -> subprocess.CompletedProcess:
-    from harness.venvs import ensure_oracle_env
+    from harness.runners.venvs import ensure_oracle_env
 
     env = ensure_oracle_env("openai-whisper")
     cmd, environ = env.command("-c", MAPPING_PROBE, str(GENERATOR.parent), str(model_dir))

@@ -10,8 +10,8 @@ import pytest
 
 from harness.errors import OracleError, OracleVersionError
 from harness.paths import oracles_dir
-from harness.runners import OracleRunner
-from harness.venvs import MLX_FREE_ORACLES, NODEPS_MARKER, OracleEnv, check_same_mlx, pins_hash, read_pins
+from harness.runners.oracle import OracleRunner
+from harness.runners.venvs import MLX_FREE_ORACLES, NODEPS_MARKER, OracleEnv, check_same_mlx, pins_hash, read_pins
 from tests.conftest import write_profile
 from tests.fakes import fake_session
 
@@ -62,7 +62,7 @@ def test_pins_change_the_venv_key_and_comments_do_not() -> None:
 
 def test_the_mlx_pin_is_checked_before_a_venv_is_built(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A wrong mlx pin is refused before minutes of pip, naming the file and both versions."""
-    import harness.venvs as venvs
+    import harness.runners.venvs as venvs
 
     tracked = {oracle: read_pins(oracle) for oracle in ("mlx-lm", "mlx-optiq", "mlx-whisper")}
     for oracle, pins in tracked.items():
@@ -115,7 +115,7 @@ def test_generator_imports_only_its_venv() -> None:
 
 
 def test_a_cuda_torch_resolution_is_refused_naming_the_cpu_wheel_index() -> None:
-    from harness.venvs import cpu_wheel_index, refuse_cuda_torch
+    from harness.runners.venvs import cpu_wheel_index, refuse_cuda_torch
 
     pins = oracles_dir() / "silero-vad" / "requirements.txt"
     assert cpu_wheel_index(pins) == "https://download.pytorch.org/whl/cpu"
@@ -135,7 +135,7 @@ def test_built_torch_venvs_hold_no_cuda(oracle: str) -> None:
     import json
     import subprocess
 
-    from harness.venvs import _CUDA_PROBE, ensure_oracle_env, refuse_cuda_torch
+    from harness.runners.venvs import _CUDA_PROBE, ensure_oracle_env, refuse_cuda_torch
 
     env = ensure_oracle_env(oracle)
     cmd, run_env = env.command("-c", _CUDA_PROBE)
@@ -145,7 +145,7 @@ def test_built_torch_venvs_hold_no_cuda(oracle: str) -> None:
 
 
 def test_a_venv_whose_interpreter_vanished_is_built_again(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import harness.venvs as venvs
+    import harness.runners.venvs as venvs
 
     built = []
     monkeypatch.setattr(venvs, "_build", lambda env: built.append(env.root))

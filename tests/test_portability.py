@@ -85,7 +85,7 @@ ALLOWED = (
     ":!docs/gpu.md",
     ":!docs/compiled-decode.md",
     ":!tests/test_portability.py",
-    ":!harness/twins/corpus.py",
+    ":!harness/artifacts/twins/corpus.py",
 )
 
 

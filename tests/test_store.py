@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import GoldenError, StaleGoldenError
-from harness.store import GoldenStatus
+from harness.goldens.store import GoldenStatus
 from tests.conftest import VALID_PROFILE, write_profile
 from tests.fakes import FakeOracle, fake_session
 

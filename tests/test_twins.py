@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from harness.twins import TWIN_FILE, TWIN_VERSION, TWINS, build_twin, detect_family, get_twin
-from harness.twins.bpe import PLACEHOLDER
-from harness.twins.minicpm5 import MINICPM5_2B, MINICPM5_2B_MINI, model_config
-from harness.twins.weights import INDEX_FILE, logical_parameters, plan_modules, plan_shards
+from harness.artifacts.twins import TWIN_FILE, TWIN_VERSION, TWINS, build_twin, detect_family, get_twin
+from harness.artifacts.twins.bpe import PLACEHOLDER
+from harness.artifacts.twins.minicpm5 import MINICPM5_2B, MINICPM5_2B_MINI, model_config
+from harness.artifacts.twins.weights import INDEX_FILE, logical_parameters, plan_modules, plan_shards
 from models.universal import ChatTokenizer, greedy_steps, load_model
 
 MINI = "minicpm5-2b-mini"

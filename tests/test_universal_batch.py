@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import models.universal.batch as batch_module
-from harness.twins import build_twin
+from harness.artifacts.twins import build_twin
 from models.universal import (
     BatchKVCache,
     ChatTokenizer,

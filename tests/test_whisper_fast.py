@@ -14,9 +14,9 @@ import mlx.nn as nn
 import numpy as np
 import pytest
 
-from harness.compare import raw_bits
-from harness.fastpath_gate import check_token_budget, measure, token_differences
-from harness.fastpath_record import CalibrationRecord, golden_identity
+from harness.checks.compare import raw_bits
+from harness.checks.token_budget import check_token_budget, measure, token_differences
+from harness.goldens.calibration import CalibrationRecord, golden_identity
 from harness.records import ScenarioRecord
 from models.whisper import fast as fast_module
 from models.whisper.audio import N_FRAMES, log_mel_spectrogram, pad_or_trim

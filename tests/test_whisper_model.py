@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from mlx.utils import tree_flatten
 
-from harness.twins import build_twin, get_twin
-from harness.twins.whisper import (
+from harness.artifacts.twins import build_twin, get_twin
+from harness.artifacts.twins.whisper import (
     LARGE_V3_TURBO_DIMS,
     LARGE_V3_TURBO_MINI_DIMS,
     VOCABULARY_FILE,
@@ -230,7 +230,7 @@ def test_logits_depend_on_the_audio(mini_model: Whisper, tone_features: mx.array
 
 
 def test_mini_twin_greedy_decoding_is_varied(mini_model: Whisper, tone_features: mx.array) -> None:
-    """The twin's init keeps greedy decoding from repeating one token (see harness/twins/whisper.py)."""
+    """The twin's init keeps greedy decoding from repeating one token (see harness/artifacts/twins/whisper.py)."""
     tokens, cache, picked = mx.array([[50258, 50259, 50360, 50364]]), None, []
     for _ in range(10):
         logits, cache, _ = mini_model.logits(tokens, tone_features, kv_cache=cache)

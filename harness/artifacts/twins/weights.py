@@ -38,7 +38,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from harness.twins.spec import LlamaShape, QuantSettings
+from harness.artifacts.twins.spec import LlamaShape, QuantSettings
 
 CHUNK_ELEMENTS = 1 << 24
 NORM_JITTER = 0.1

@@ -23,10 +23,10 @@ import mlx.core as mx
 import numpy as np
 import tokenizers
 
-from harness.family import detect_family
-from harness.twins.minicpm5 import MINICPM5_2B, MINICPM5_2B_BF16, MINICPM5_2B_MINI, MINICPM5_2B_MINI_BF16
-from harness.twins.spec import LlamaShape, QuantSettings, TwinSpec
-from harness.twins.whisper import WHISPER_TWINS, WhisperTwinSpec
+from harness.artifacts.family import detect_family
+from harness.artifacts.twins.minicpm5 import MINICPM5_2B, MINICPM5_2B_BF16, MINICPM5_2B_MINI, MINICPM5_2B_MINI_BF16
+from harness.artifacts.twins.spec import LlamaShape, QuantSettings, TwinSpec
+from harness.artifacts.twins.whisper import WHISPER_TWINS, WhisperTwinSpec
 
 # Bump whenever any twin's files change (init, corpus, template, layout, config keys),
 # so directories built by an older version are recognisably stale.

@@ -3,7 +3,7 @@
 The fast path (models/whisper/fast.py) computes the oracle's function with other roundings,
 so its logits are not bit-identical and a token can flip where the oracle's choice was a
 near-tie. `check_token_budget` judges three records of one clip against the scenario's
-calibration record (harness/fastpath_record.py, written by `make calibrate ARGS=--write`):
+calibration record (harness/goldens/calibration.py, written by `make calibrate ARGS=--write`):
 
 - `golden`: the oracle's (mlx-whisper's) free-running record, full logits;
 - `free`: the fast path's free-running record;
@@ -33,7 +33,7 @@ Rules (any one failing fails the gate):
    (b) argmax â must be the fast path's recorded pick (else its compiled step does not apply
        the filters it declares);
    (c) where the pick differs from the oracle's token w, the flip must be a near-tie by
-       `harness.compare.is_near_tie`: both tokens allowed on both sides, margin and shift are
+       `harness.checks.compare.is_near_tie`: both tokens allowed on both sides, margin and shift are
        `compare.margin_shift` of the pre-filter logits; one side masking a token the other
        allows: only the timestamp-probability rule reads logit values, so margin = the
        oracle's |timestamp log-prob - best text log-prob| and shift = how much the fast
@@ -60,8 +60,8 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from harness.compare import CheckResult, is_near_tie, margin_shift, top_k
-from harness.fastpath_record import CalibrationRecord, StepBound
+from harness.checks.compare import CheckResult, is_near_tie, margin_shift, top_k
+from harness.goldens.calibration import CalibrationRecord, StepBound
 from harness.records import ScenarioRecord
 from models.whisper.fast_filters import FastFilters, FilterState
 

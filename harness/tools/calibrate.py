@@ -1,11 +1,11 @@
-"""`python -m harness.calibrate --model NAME [--write]`: calibrate the L2 fast-path gate: a token
+"""`python -m harness.tools.calibrate --model NAME [--write]`: calibrate the L2 fast-path gate: a token
 budget from the oracle measured against itself under benign changes, and a per-step logit-error
 bound from the fast path measured against the oracle's golden; `--write` records both.
 
 Budget. The oracle (mlx-whisper, in its venv: oracles/mlx-whisper/calibrate.py) transcribes
 each clip as the goldens do and again under each benign change (compiled kernels off, a batch
 of two, float16 compute). Per clip and change this counts the differing transcript tokens and
-explains the first divergence of every decode call with `harness.compare.is_near_tie`. The
+explains the first divergence of every decode call with `harness.checks.compare.is_near_tie`. The
 budget is the largest count over clips and changes whose every divergence is a near-tie; a
 divergence that is not one means the change was not benign, and calibration fails rather than
 widen a budget.
@@ -16,7 +16,7 @@ teacher-forced step's largest |logit error| against the oracle. The fast path is
 on a golden key, so these numbers are its exact bound there. The run must pass the gate at
 the derived budget (near-ties, rules) or nothing is written.
 
-`--write` writes each whisper-fast scenario's calibration record (harness/fastpath_record.py:
+`--write` writes each whisper-fast scenario's calibration record (harness/goldens/calibration.py:
 `goldens/<profile>/<key>/calibration/<scenario>.json`, hashed, with the origin: command, date,
 machine, commit, the fast path's source hashes, the per-change figures) and sets the profile's
 `budget: {"max_differing_tokens": N}` lines to the derived budget.
@@ -38,15 +38,15 @@ from typing import Any
 
 import numpy as np
 
-from harness.artifacts import sha256_file
-from harness.compare import is_near_tie, margin_shift
+from harness.artifacts.files import sha256_file
+from harness.checks.compare import is_near_tie, margin_shift
 from harness.errors import HarnessError, OracleError
-from harness.fastpath_record import CalibrationRecord, golden_identity, write_record
 from harness.fileio import atomic_write_bytes
+from harness.goldens.calibration import CalibrationRecord, golden_identity, write_record
 from harness.paths import REPO_ROOT, cache_root, oracles_dir
 from harness.profile import Profile, find_profile, load_profile
 from harness.provenance import device_facts
-from harness.venvs import check_same_mlx, ensure_oracle_env
+from harness.runners.venvs import check_same_mlx, ensure_oracle_env
 
 DEFAULT_VARIANTS = ("no-compile", "batch2")
 
@@ -188,7 +188,7 @@ class FastRun:
     record: CalibrationRecord  # budget still to be set
 
     def judged(self, budget: int) -> tuple[CalibrationRecord, Any]:
-        from harness.fastpath_gate import check_token_budget
+        from harness.checks.token_budget import check_token_budget
 
         record = dataclasses.replace(self.record, budget=budget)
         return record, check_token_budget(self.golden, self.free, self.forced, budget, record)
@@ -197,7 +197,7 @@ class FastRun:
 def fast_runs(profile: Profile, scenario_ids: list[str] | None) -> dict[str, FastRun]:
     """Every whisper-fast scenario runnable here (or those named): golden, free and
     teacher-forced fast runs, and the per-step measurement its record keeps."""
-    from harness.fastpath_gate import measure
+    from harness.checks.token_budget import measure
     from harness.session import ParitySession
 
     backend = device_facts().backend
@@ -252,7 +252,7 @@ def write_budget(profile: Profile, budget: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.calibrate", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.tools.calibrate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True)
     parser.add_argument("--clips", help="comma-separated scenario ids whose audio to use (default: every clip once)")
     parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help="of no-compile, batch2, fp16")
@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        from harness.artifacts import resolve_artifact
+        from harness.artifacts.resolve import resolve_artifact
 
         profile = find_profile(args.model)
         if profile.implementation != "whisper":
@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in summary["unexplained"]:
             print(f"  {line}", file=sys.stderr)
         return 1
-    command = "python -m harness.calibrate " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m harness.tools.calibrate " + " ".join(argv if argv is not None else sys.argv[1:])
     command = command.replace(" --write", "")
     budget_origin = origin_text(summary, command, [c for c, _ in clips])
     print(f"derived budget: {summary['budget']} differing tokens per clip\norigin: {budget_origin}")
@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
             "fast_path_sources": {p: sha256_file(REPO_ROOT / p) for p in FAST_PATH_SOURCES},
             "budget": budget_origin,
             "bound": "each teacher-forced step's max |logit error| of the fast path against this golden, "
-            "measured by harness.fastpath_gate.measure",
+            "measured by harness.checks.token_budget.measure",
         }
         for scenario_id, run in runs.items():
             write_record(run.path, dataclasses.replace(records[scenario_id], origin=origin))

@@ -34,10 +34,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.twins.bpe import SpecialToken, build_tokenizer, live_id_ranges
-from harness.twins.corpus import CORPUS
-from harness.twins.spec import LlamaShape, QuantSettings, TwinSpec
-from harness.twins.weights import write_weights
+from harness.artifacts.twins.bpe import SpecialToken, build_tokenizer, live_id_ranges
+from harness.artifacts.twins.corpus import CORPUS
+from harness.artifacts.twins.spec import LlamaShape, QuantSettings, TwinSpec
+from harness.artifacts.twins.weights import write_weights
 
 VOCAB_SIZE = 130560
 BOS, EOS, UNK, PAD = "<s>", "</s>", "<unk>", "<unk>"

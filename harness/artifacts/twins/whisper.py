@@ -54,8 +54,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from harness.artifacts import fetch_wheel_member
-from harness.profile import ArtifactSpec
+from harness.artifacts.wheels import WheelMember, fetch_wheel_member
 from models.whisper.model import ModelDimensions
 
 EMBEDDING_GAIN = 3.0
@@ -68,8 +67,7 @@ WEIGHT_DTYPES = {"float32": np.float32, "float16": np.float16}
 # The multilingual vocabulary, from the mlx-whisper wheel (openai-whisper ships only an
 # sdist on PyPI; the file is the same data openai-whisper's assets hold).
 VOCABULARY_FILE = "multilingual.tiktoken"
-VOCABULARY_SOURCE = ArtifactSpec(
-    source="pypi-gguf",  # fetch_wheel_member reads only package/version/file/sha256
+VOCABULARY_SOURCE = WheelMember(
     package="mlx-whisper",
     version="0.4.3",
     file="mlx_whisper/assets/multilingual.tiktoken",

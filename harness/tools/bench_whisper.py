@@ -1,6 +1,6 @@
 """Real-time factor of the in-tree Whisper (faithful and fast paths) vs mlx-whisper, same clips, same run.
 
-    .venv/bin/python -m harness.bench_whisper --model whisper-tiny-en [--repeats 3]
+    .venv/bin/python -m harness.tools.bench_whisper --model whisper-tiny-en [--repeats 3]
         [--paths faithful,fast,mlx-whisper] [--clips fox.wav,long.wav]
 
 RTF = transcription seconds / audio seconds (below 1 is faster than real time). Both sides
@@ -75,7 +75,7 @@ def intree_seconds(
 def oracle_seconds(model_dir: Path, clips: list[str], options: dict[str, Any], repeats: int) -> dict[str, Any]:
     import subprocess
 
-    from harness.venvs import ensure_oracle_env
+    from harness.runners.venvs import ensure_oracle_env
 
     env = ensure_oracle_env("mlx-whisper")
     (cache_root() / "tmp").mkdir(parents=True, exist_ok=True)
@@ -92,7 +92,7 @@ def oracle_seconds(model_dir: Path, clips: list[str], options: dict[str, Any], r
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.bench_whisper", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.tools.bench_whisper", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="whisper-tiny-en")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(

@@ -93,7 +93,7 @@ def oracle_family(oracle: str) -> str:
         return ORACLE_FAMILY[oracle]
     except KeyError:
         raise OracleError(
-            f"oracle {oracle!r} has no family: name it in ORACLE_FAMILY in harness/venvs.py "
+            f"oracle {oracle!r} has no family: name it in ORACLE_FAMILY in harness/runners/venvs.py "
             f"(one of {sorted(set(ORACLE_FAMILY.values()))}), which decides how its goldens are keyed"
         ) from None
 

@@ -20,11 +20,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.compare import CheckResult
+from harness.checks.compare import CheckResult
 from harness.errors import OracleError
 from harness.paths import cache_root, oracles_dir
 from harness.progress import progress
-from harness.venvs import ensure_oracle_env
+from harness.runners.venvs import ensure_oracle_env
 
 FORMATS = ("txt", "vtt", "srt", "tsv", "json")
 WORD_OPTIONS = frozenset({"max_line_width", "max_line_count", "highlight_words", "max_words_per_line"})

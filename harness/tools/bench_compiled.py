@@ -1,7 +1,7 @@
-"""`python -m harness.bench_compiled --model NAME`: decode tok/s of the compiled step vs eager vs mlx-lm.
+"""`python -m harness.tools.bench_compiled --model NAME`: decode tok/s of the compiled step vs eager vs mlx-lm.
 
 Three sides on the same prompt ids (the profile's longest single-prompt scenario, as
-`harness.bench` picks it), each one warm-up then `--repeats` timed runs interleaved by round
+`harness.tools.bench` picks it), each one warm-up then `--repeats` timed runs interleaved by round
 (the CPU here is shared; interleaving gives every side the same minutes):
 
 - `eager`: the in-tree `greedy_steps` (gated bit-exact against mlx-lm by the goldens);
@@ -10,7 +10,7 @@ Three sides on the same prompt ids (the profile's longest single-prompt scenario
 - `mlx_lm`: mlx-lm's own `generate_step`, through oracles/<oracle>/bench.py in the oracle
   venv (or the interpreter `MLX_PARITY_ORACLE_PYTHON` names, as on the GPU machine).
 
-Decode tok/s = steps / (last step - step 0), as harness.bench measures it. The warm-up runs
+Decode tok/s = steps / (last step - step 0), as harness.tools.bench measures it. The warm-up runs
 also compare the compiled side's logits and tokens with the eager side's in raw bits: the
 result records `bit_exact_vs_eager`, and a speed for a compiled loop that is not bit-exact is
 flagged in the table.
@@ -34,11 +34,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.bench import _loadavg, _tmp, bench_prompt, machine, oracle_runs, write_job
 from harness.paths import reports_dir
 from harness.profile import Profile
 from harness.progress import progress
 from harness.provenance import device_facts
+from harness.tools.bench import _loadavg, _tmp, bench_prompt, machine, oracle_runs, write_job
 
 # The step gates a compiled decode loop answers for (prompt identity is the tokenizer's).
 GATE_CHECKS = ("prefill_logits", "decode_logits", "teacher_forced_logits", "greedy_tokens", "eos_stop")
@@ -158,7 +158,7 @@ def compiled_decode_in_runner(variant: str) -> Iterator[list[Any]]:
     """The in-tree runner's decode loops switched to the compiled one, for this block only;
     yields the list of every run's DecodeReport (which runs were compiled, which eager).
 
-    InTreeRunner imports `models.universal.greedy_steps` when it runs, and chat_turn_steps
+    LlamaRunner imports `models.universal.greedy_steps` when it runs, and chat_turn_steps
     calls generate's module-level greedy_steps; both names are swapped and put back."""
     import models.universal
     import models.universal.generate as generate
@@ -220,7 +220,7 @@ def gate(session: Any, profile: Profile, variant: str, scenario_ids: list[str] |
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.bench_compiled", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.tools.bench_compiled", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m", help="profile name")
     parser.add_argument("--steps", type=int, default=32, help="greedy decode steps per timed run")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds (the median is reported)")

@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from harness.compare import VectorDiff, diff_vectors
+from harness.checks.compare import VectorDiff, diff_vectors
 from harness.errors import OracleError
 from harness.paths import cache_root, oracles_dir
 from harness.progress import progress
 from harness.records import ScenarioRecord
-from harness.venvs import ensure_oracle_env
+from harness.runners.venvs import ensure_oracle_env
 
 
 @dataclass

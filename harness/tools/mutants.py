@@ -9,7 +9,7 @@ killed / scored; anything below 100 % exits 1 and names the survivors. A mutant 
 is bit-identical to the unmutated implementation's is *equivalent* (no gate can see a fault
 that changes nothing): it is reported as such and not scored.
 
-    .venv/bin/python -m harness.mutants [--only NAME ...]
+    .venv/bin/python -m harness.tools.mutants [--only NAME ...]
 """
 
 from __future__ import annotations
@@ -537,7 +537,7 @@ def matrix(judged: dict[str, dict[str, Any]]) -> tuple[list[str], list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.mutants", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.tools.mutants", description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", help="mutant names (the matrix then covers only them)")
     args = parser.parse_args(argv)
     os.environ.setdefault("MLX_PARITY_LOCALIZE", "0")

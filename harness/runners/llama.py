@@ -1,93 +1,21 @@
-"""Runners produce records; they never judge. One interface for both sides.
-
-- `OracleRunner` runs an oracle's generator script inside its own venv (`python -I`, so the
-  repository is not importable there) and talks to it through files only.
-- `InTreeRunner` runs the in-tree implementation in this process.
-"""
+"""The in-tree universal Llama, run in this process over a scenario spec."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from harness.errors import InTreeLoadError, InTreeRunError, OracleError, OracleVersionError
-from harness.paths import cache_root
+from harness.errors import InTreeLoadError, InTreeRunError
 from harness.profile import GENERATION_OPTIONS
 from harness.progress import progress
-from harness.provenance import classify_blas, device_facts
-from harness.records import ScenarioRecord, read_generator_output
-from harness.venvs import MLX_FREE_ORACLES, OracleEnv, check_same_mlx, ensure_oracle_env
-
-ModelHook = Callable[[Any], None]
+from harness.records import ScenarioRecord
+from harness.runners import ModelHook
 
 
-class OracleRunner:
-    def __init__(self, oracle: str):
-        self.oracle = oracle
-        self._env: OracleEnv | None = None
-
-    @property
-    def env(self) -> OracleEnv:
-        if self._env is None:
-            self._env = ensure_oracle_env(self.oracle)
-        return self._env
-
-    def run(
-        self, model_dir: Path, specs: list[dict[str, Any]]
-    ) -> tuple[dict[str, Any], dict[str, ScenarioRecord], dict[str, str]]:
-        """Generate oracle records for `specs`: (oracle environment, records by id, oracle errors by id)."""
-        facts = device_facts()
-        check_same_mlx(self.env, facts.mlx)
-        (cache_root() / "tmp").mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="oracle-", dir=cache_root() / "tmp") as tmp:
-            work = Path(tmp)
-            spec_path = work / "spec.json"
-            spec_path.write_text(json.dumps({"model_dir": str(model_dir), "scenarios": specs}, indent=2))
-            out = work / "out"
-            out.mkdir()
-            cmd, env = self.env.command(str(self.env.generator), "--spec", str(spec_path), "--out", str(out))
-            env["HF_HUB_OFFLINE"] = "1"  # the generator loads a local directory, never the hub
-            ids = ", ".join(s["id"] for s in specs)
-            with progress.task(f"oracle {self.oracle}: generating goldens for {ids}"):
-                result = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=work, check=False)
-            if result.returncode != 0:
-                tail = "\n".join(result.stderr.strip().splitlines()[-20:])
-                raise OracleError(f"oracle {self.oracle} generator failed (exit {result.returncode}):\n{tail}")
-            environment, records, errors = read_generator_output(out)
-        self._check_environment(environment.get("environment", {}))
-        missing = {s["id"] for s in specs} - set(records) - set(errors)
-        if missing:
-            raise OracleError(f"oracle {self.oracle} produced no record for scenario(s) {sorted(missing)}")
-        return environment["environment"], records, errors
-
-    def _check_environment(self, oracle_env: dict[str, Any]) -> None:
-        facts = device_facts()
-        if self.oracle in MLX_FREE_ORACLES:  # another framework: judged on tokens only
-            if oracle_env.get("mlx") is not None:
-                raise OracleVersionError(f"oracle {self.oracle} ran mlx {oracle_env['mlx']}: it must run without it")
-            return
-        if oracle_env.get("mlx") != facts.mlx:
-            raise OracleVersionError(
-                f"oracle {self.oracle} ran mlx {oracle_env.get('mlx')}, the project runs mlx {facts.mlx}"
-            )
-        oracle_device = str(oracle_env.get("device", ""))
-        if facts.backend not in oracle_device:
-            raise OracleVersionError(f"oracle {self.oracle} ran on {oracle_device}, the project on {facts.backend}")
-        libs = oracle_env.get("blas_libraries") or []
-        if libs and classify_blas(libs) != facts.blas:
-            raise OracleVersionError(
-                f"oracle {self.oracle} used BLAS {classify_blas(libs)} ({libs}), the project uses {facts.blas}"
-            )
-
-
-class InTreeRunner:
+class LlamaRunner:
     """Runs the in-tree universal Llama over a scenario spec, free-running or teacher-forced.
 
     Teacher-forced, every segment (the whole scenario, a turn, a batch row) is fed the
@@ -271,68 +199,4 @@ class InTreeRunner:
             eos_ids=sorted(self.tokenizer.eos_token_ids),
             mode=mode,
             extra=extra,
-        )
-
-
-class WhisperRunner:
-    """Runs the in-tree Whisper's transcribe over a speech scenario, free-running or teacher-forced.
-
-    Teacher-forced, each decode call is fed the golden's tokens for that call (and follows
-    the golden's windows and temperatures), so every logits row is judged on the oracle's path.
-    """
-
-    def __init__(self, model_dir: Path, model_hook: ModelHook | None = None, label: str = ""):
-        self.model_dir = model_dir
-        self.model_hook = model_hook
-        self.label = label
-        self._models: dict[bool, Any] = {}
-
-    @property
-    def model(self) -> Any:
-        """The float32-dtype model (what tests and mutants perturb), loaded on first use."""
-        return self.model_for(fp16=False)
-
-    def model_for(self, fp16: bool) -> Any:
-        """The model as mlx-whisper's transcribe builds it for the option: float16 positional
-        tables and masks with fp16, float32 without; the weights keep their stored dtype."""
-        import mlx.core as mx
-
-        from models.whisper.load import load_model
-
-        if fp16 not in self._models:
-            try:
-                model = load_model(self.model_dir, dtype=mx.float16 if fp16 else mx.float32)
-            except ValueError as e:
-                raise InTreeLoadError(f"in-tree whisper cannot load {self.model_dir}: {e}") from None
-            if self.model_hook is not None:
-                self.model_hook(model)
-            self._models[fp16] = model
-        return self._models[fp16]
-
-    def run(self, spec: dict[str, Any], forced: ScenarioRecord | None = None) -> ScenarioRecord:
-        from models.whisper.run import transcribe_record
-
-        if (spec.get("composition") or {}).get("kind") == "whisper-fast":
-            from models.whisper.fast import fast_transcribe_record as transcribe_record  # noqa: F811
-
-        mode = "teacher_forced" if forced is not None else "free"
-        with progress.task(f"{self.label}{spec['id']} ({mode}): in-tree transcribe"):
-            out = transcribe_record(
-                self.model_for(bool(spec["options"].get("fp16", False))),
-                self.model_dir,
-                spec["audio"],
-                dict(spec["options"]) | {"seed": spec["seed"]},
-                forced=forced.extra.get("decode_calls") if forced is not None else None,
-            )
-        calls = out["decode_calls"]
-        return ScenarioRecord(
-            scenario_id=spec["id"],
-            rendered_prompt=None,
-            prompt_ids=list(calls[0]["initial_tokens"]) if calls else [],
-            tokens=[int(t) for t in out["tokens"]],
-            logits=np.asarray(out["logits"], dtype=np.float32).reshape(len(out["tokens"]), -1),
-            eos_ids=sorted(int(t) for t in out["eos_ids"]),
-            mode=mode,
-            arrays={"mel": np.asarray(out["mel"]), "encoder": np.asarray(out["encoder"])},
-            extra={"decode_calls": calls, "transcript": out["transcript"]},
         )

@@ -1,4 +1,4 @@
-"""`python -m harness.bench --model NAME`: speed of the in-tree model vs mlx-lm, and what a warm parity costs.
+"""`python -m harness.tools.bench --model NAME`: speed of the in-tree model vs mlx-lm, and what a warm parity costs.
 
 Figures, all measured on this machine in one run (docs/benchmarks.md keeps the latest):
 
@@ -91,7 +91,7 @@ def write_job(directory: Path, prompt_ids: list[int], steps: int, repeats: int) 
 
 def oracle_runs(profile: Profile, model_dir: Path, job: Path) -> dict[str, Any]:
     """The oracle's own decode loop, timed in its venv (`python -I`: the repository is not importable there)."""
-    from harness.venvs import ensure_oracle_env
+    from harness.runners.venvs import ensure_oracle_env
 
     env = ensure_oracle_env(profile.oracle)
     script = oracles_dir() / profile.oracle / "bench.py"
@@ -102,7 +102,7 @@ def oracle_runs(profile: Profile, model_dir: Path, job: Path) -> dict[str, Any]:
 
 def openblas_runs(model: str, job: Path) -> dict[str, Any]:
     """The in-tree runs in a child process with OpenBLAS preloaded (this module, `--speed-only`)."""
-    cmd = [sys.executable, "-m", "harness.bench", "--model", model, "--speed-only", str(job)]
+    cmd = [sys.executable, "-m", "harness.tools.bench", "--model", model, "--speed-only", str(job)]
     out = _run(cmd, env=os.environ | {"LD_PRELOAD": str(OPENBLAS)}, cwd=REPO_ROOT)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -231,7 +231,7 @@ def parity_wall(model: str) -> dict[str, Any]:
 
 def oracle_generation(profile: Profile, model_dir: Path) -> float:
     """One full oracle generation of all scenarios: what a cold parity adds (nothing is written)."""
-    from harness.runners import OracleRunner
+    from harness.runners.oracle import OracleRunner
     from harness.session import runnable_spec
 
     scenarios = profile.active_scenarios(device_facts().backend)
@@ -329,7 +329,7 @@ def table(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.tools.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m", help="profile name")
     parser.add_argument("--steps", type=int, default=32, help="greedy decode steps per timed run")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds (the median is reported)")

@@ -1,0 +1,77 @@
+"""The in-tree Whisper's transcribe, run in this process over a speech scenario."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.errors import InTreeLoadError
+from harness.progress import progress
+from harness.records import ScenarioRecord
+from harness.runners import ModelHook
+
+
+class WhisperRunner:
+    """Runs the in-tree Whisper's transcribe over a speech scenario, free-running or teacher-forced.
+
+    Teacher-forced, each decode call is fed the golden's tokens for that call (and follows
+    the golden's windows and temperatures), so every logits row is judged on the oracle's path.
+    """
+
+    def __init__(self, model_dir: Path, model_hook: ModelHook | None = None, label: str = ""):
+        self.model_dir = model_dir
+        self.model_hook = model_hook
+        self.label = label
+        self._models: dict[bool, Any] = {}
+
+    @property
+    def model(self) -> Any:
+        """The float32-dtype model (what tests and mutants perturb), loaded on first use."""
+        return self.model_for(fp16=False)
+
+    def model_for(self, fp16: bool) -> Any:
+        """The model as mlx-whisper's transcribe builds it for the option: float16 positional
+        tables and masks with fp16, float32 without; the weights keep their stored dtype."""
+        import mlx.core as mx
+
+        from models.whisper.load import load_model
+
+        if fp16 not in self._models:
+            try:
+                model = load_model(self.model_dir, dtype=mx.float16 if fp16 else mx.float32)
+            except ValueError as e:
+                raise InTreeLoadError(f"in-tree whisper cannot load {self.model_dir}: {e}") from None
+            if self.model_hook is not None:
+                self.model_hook(model)
+            self._models[fp16] = model
+        return self._models[fp16]
+
+    def run(self, spec: dict[str, Any], forced: ScenarioRecord | None = None) -> ScenarioRecord:
+        from models.whisper.run import transcribe_record
+
+        if (spec.get("composition") or {}).get("kind") == "whisper-fast":
+            from models.whisper.fast import fast_transcribe_record as transcribe_record  # noqa: F811
+
+        mode = "teacher_forced" if forced is not None else "free"
+        with progress.task(f"{self.label}{spec['id']} ({mode}): in-tree transcribe"):
+            out = transcribe_record(
+                self.model_for(bool(spec["options"].get("fp16", False))),
+                self.model_dir,
+                spec["audio"],
+                dict(spec["options"]) | {"seed": spec["seed"]},
+                forced=forced.extra.get("decode_calls") if forced is not None else None,
+            )
+        calls = out["decode_calls"]
+        return ScenarioRecord(
+            scenario_id=spec["id"],
+            rendered_prompt=None,
+            prompt_ids=list(calls[0]["initial_tokens"]) if calls else [],
+            tokens=[int(t) for t in out["tokens"]],
+            logits=np.asarray(out["logits"], dtype=np.float32).reshape(len(out["tokens"]), -1),
+            eos_ids=sorted(int(t) for t in out["eos_ids"]),
+            mode=mode,
+            arrays={"mel": np.asarray(out["mel"]), "encoder": np.asarray(out["encoder"])},
+            extra={"decode_calls": calls, "transcript": out["transcript"]},
+        )

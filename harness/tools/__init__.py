@@ -1,0 +1,1 @@
+"""Tools beside the gate: benchmarks, calibration, mutation testing."""
