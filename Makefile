@@ -51,7 +51,7 @@ lint: venv
 
 ## make bench: harness overhead and in-tree vs mlx-lm decode speed (docs/benchmarks.md)
 bench: venv
-	$(PY) -m harness.tools.bench --model $(MODEL)
+	$(PY) -m harness bench --model $(MODEL)
 
 list: venv
 	$(PY) -m harness list
@@ -61,12 +61,12 @@ clean-cache:
 
 ## make mutants: inject known faults into the in-tree implementations; every one must be caught (exit 1 otherwise)
 mutants: venv
-	MLX_PARITY_LOCALIZE=0 $(PY) -m harness.tools.mutants $(ARGS)
+	MLX_PARITY_LOCALIZE=0 $(PY) -m harness mutants $(ARGS)
 
 ## make vad: Silero VAD (MLX port) against the silero-vad package on the fixtures (docs/vad.md)
 vad: venv
-	$(PY) -m harness.vad_gate $(ARGS)
+	$(PY) -m harness vad $(ARGS)
 
 ## make calibrate MODEL=whisper-tiny-en: the oracle against itself under benign changes -> the L2 token budget (ARGS=--write records it)
 calibrate: venv
-	$(PY) -m harness.tools.calibrate --model $(MODEL) $(ARGS)
+	$(PY) -m harness calibrate --model $(MODEL) $(ARGS)

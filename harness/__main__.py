@@ -1,12 +1,26 @@
-"""Command line: `python -m harness parity|goldens|signoff|list` (the Makefile's targets call these)."""
+"""Command line: `python -m harness <verb>`, every face of the harness (the Makefile's targets
+call these): parity, goldens, compact-goldens, signoff and list here; the tools beside the gate
+(bench, bench-compiled, bench-whisper, calibrate, mutants, vad, twins) parse their own arguments."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from harness.errors import HarnessError
 from harness.paths import REPO_ROOT, profiles_dir
+
+# verb -> (module with main(argv), what it does)
+TOOLS = {
+    "bench": ("harness.tools.bench", "in-tree vs mlx-lm decode speed, and the harness's own overhead"),
+    "bench-compiled": ("harness.tools.bench_compiled", "compiled vs eager vs mlx-lm decode (--gate: judge it)"),
+    "bench-whisper": ("harness.tools.bench_whisper", "Whisper real-time factor against mlx-whisper"),
+    "calibrate": ("harness.tools.calibrate", "the Whisper fast path's L2 budget and per-step bounds (--write)"),
+    "mutants": ("harness.tools.mutants", "inject known faults into the in-tree models; each must be caught"),
+    "vad": ("harness.tools.vad", "Silero VAD against the silero-vad package, printed per fixture"),
+    "twins": ("harness.artifacts.twins.__main__", "list or build the deterministic twin models"),
+}
 
 
 def _parity(args: argparse.Namespace, extra: list[str]) -> int:
@@ -35,8 +49,9 @@ def _parity(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _goldens(args: argparse.Namespace) -> int:
+    from harness.profile.vad import available_vad_profiles
     from harness.session import ParitySession
-    from harness.vad_gate import available_vad_profiles, run_gate
+    from harness.tools.vad import run_gate
 
     session = ParitySession()
     failed = 0
@@ -68,7 +83,7 @@ def _goldens(args: argparse.Namespace) -> int:
 
 def _compact(args: argparse.Namespace) -> int:
     """Rewrite this device's full goldens as compact ones (hashes, top-k, logsumexp)."""
-    from harness.profile import available_profiles
+    from harness.profile.load import available_profiles
     from harness.session import ParitySession
 
     session = ParitySession()
@@ -95,7 +110,7 @@ def _compact(args: argparse.Namespace) -> int:
 
 
 def _list() -> int:
-    from harness.profile import available_profiles, load_profile
+    from harness.profile.load import available_profiles, load_profile
 
     for name, path in available_profiles().items():
         try:
@@ -108,7 +123,7 @@ def _list() -> int:
             print(f"{name:28} {judged:34} {p.description}")
         except HarnessError as e:
             print(f"{name:24} INVALID: {e}")
-    from harness.vad_gate import VAD_TIER, available_vad_profiles, load_vad_profile
+    from harness.profile.vad import VAD_TIER, available_vad_profiles, load_vad_profile
 
     for name, path in available_vad_profiles().items():
         try:
@@ -121,8 +136,13 @@ def _list() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in TOOLS:
+        return int(importlib.import_module(TOOLS[argv[0]][0]).main(argv[1:]))
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    for verb, (_, what) in TOOLS.items():
+        sub.add_parser(verb, help=what, add_help=False)
     p = sub.add_parser("parity", help="gate models against their oracles (pytest underneath)")
     p.add_argument("--model", action="append", default=[], help="profile name (repeatable); default: all")
     p.add_argument("--report", help="JSON report path (default: a new file under reports/)")

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+FIXTURES_DIR = REPO_ROOT / "fixtures" / "audio"  # audio fixtures (WAV) of speech and VAD scenarios
 
 
 def cache_root() -> Path:

@@ -10,26 +10,33 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from harness.checks.compare import CheckResult
+from harness.checks.vad import VadRun
 from harness.errors import HarnessError
+from harness.goldens.lifecycle import harness_commit
 from harness.paths import profiles_dir
-from harness.profile import Profile, Scenario, available_profiles, load_profile
+from harness.profile import Profile
+from harness.profile.load import available_profiles, load_profile
+from harness.profile.vad import available_vad_profiles
 from harness.progress import progress
 from harness.provenance import device_facts
+from harness.pytest_items import (
+    _VAD_KEY,
+    ParityItem,
+    ProfileFile,
+    VadItem,
+    VadProfileFile,
+    _requested,
+    _session,
+)
 from harness.report import ItemResult, build_report, peak_rss_mb, print_table, verdict, write_report
-from harness.session import ParitySession, harness_commit, model_provenance
-from harness.vad_gate import VAD_TIER, VadProfile, VadRun, available_vad_profiles, load_vad_profile, vad_checks
+from harness.session import model_provenance
 
-_SESSION_KEY = pytest.StashKey[ParitySession]()
 _REMAINING_KEY = pytest.StashKey[dict[str, int]]()  # ParityItems left to run, per profile
 _STARTED_KEY = pytest.StashKey[dt.datetime]()
-_VAD_KEY = pytest.StashKey[dict[str, VadRun]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -89,12 +96,6 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         _session(item.config).release(item.profile.name)
 
 
-def _session(config: pytest.Config) -> ParitySession:
-    if _SESSION_KEY not in config.stash:
-        config.stash[_SESSION_KEY] = ParitySession()
-    return config.stash[_SESSION_KEY]
-
-
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     if file_path.suffix == ".yaml" and file_path.parent.resolve() == profiles_dir():
         return ProfileFile.from_parent(parent, path=file_path)
@@ -106,10 +107,6 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 def known_models() -> dict[str, Path]:
     """Every profile `make parity` collects: model profiles and VAD profiles (profiles/vad/)."""
     return available_profiles() | available_vad_profiles()
-
-
-def _requested(config: pytest.Config) -> list[str]:
-    return [m for value in config.getoption("model") for m in value.split(",") if m]
 
 
 def _loadable(models: list[str]) -> list[Profile]:
@@ -138,159 +135,6 @@ def scoped_out(models: list[str]) -> list[str]:
         for s in p.scenarios
         if not p.runs_on(s, backend)
     ]
-
-
-class _ProfileCollector(pytest.File):
-    """A profile file of either kind: collected when its model is requested (or none is);
-    a profile error is its own one-line ERROR."""
-
-    def wanted(self) -> bool:
-        requested = _requested(self.config)
-        return not requested or self.path.stem in requested
-
-    def repr_failure(self, excinfo, style=None):
-        if isinstance(excinfo.value, HarnessError):
-            return str(excinfo.value)
-        return super().repr_failure(excinfo)
-
-
-class ProfileFile(_ProfileCollector):
-    def collect(self):
-        if not self.wanted():
-            return
-        profile = load_profile(self.path)
-        for scenario in profile.scenarios:
-            if not profile.runs_on(scenario, device_facts().backend):
-                # Not collected here (a full-size twin's complete set takes hours on the CPU
-                # backend); the report's context lists it as scoped out, never as passed.
-                continue
-            for check in profile.checks(scenario):
-                item = ParityItem.from_parent(
-                    self, name=f"{scenario.id}::{check}", profile=profile, scenario=scenario, check=check
-                )
-                item.add_marker(pytest.mark.parity)
-                item.add_marker(getattr(pytest.mark, profile.tier_of(scenario)))
-                item.add_marker(pytest.mark.xdist_group(f"{profile.name}:{scenario.id}"))
-                for tag in scenario.tags:
-                    item.add_marker(getattr(pytest.mark, tag))
-                yield item
-
-
-class ParityFailure(Exception):
-    def __init__(self, result: CheckResult):
-        super().__init__(result.summary)
-        self.result = result
-
-
-class ParityItem(pytest.Item):
-    def __init__(self, *, profile: Profile, scenario: Scenario, check: str, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.profile, self.scenario, self.check = profile, scenario, check
-
-    def _result(self, outcome: str, summary: str, seconds: float, result: CheckResult | None) -> None:
-        item = ItemResult(
-            model=self.profile.name,
-            scenario=self.scenario.id,
-            check=self.check,
-            tier=self.profile.tier_of(self.scenario),
-            oracle=self.profile.oracle_of(self.scenario),
-            outcome=outcome,
-            summary=summary,
-            seconds=round(seconds, 3),
-            first_bad_step=result.first_bad_step if result else None,
-            details={"per_step": result.per_step, **result.details} if result else {},
-            peak_rss_mb=peak_rss_mb(),
-        )
-        # user_properties travel from xdist workers to the controller, which writes the report.
-        self.user_properties.append(("parity", json.dumps(item.__dict__)))
-
-    def runtest(self) -> None:
-        started = time.perf_counter()
-        try:
-            result = _session(self.config).run_check(self.profile, self.scenario, self.check)
-        except HarnessError as e:
-            self._result("error", str(e), time.perf_counter() - started, None)
-            raise
-        except Exception as e:  # a crash is an ERROR row, never a missing one (pytest shows the traceback)
-            self._result("error", f"{type(e).__name__}: {e}", time.perf_counter() - started, None)
-            raise
-        self._result("passed" if result.passed else "failed", result.summary, time.perf_counter() - started, result)
-        if not result.passed:
-            raise ParityFailure(result)
-
-    def repr_failure(self, excinfo, style=None):
-        if isinstance(excinfo.value, ParityFailure):
-            return f"{self.profile.name}/{self.scenario.id} {self.check} FAILED: {excinfo.value.result.summary}"
-        if isinstance(excinfo.value, HarnessError):
-            return f"{self.profile.name}/{self.scenario.id} {self.check} ERROR: {excinfo.value}"
-        return super().repr_failure(excinfo)
-
-    def reportinfo(self):
-        return self.path, None, f"{self.profile.name}::{self.scenario.id}::{self.check}"
-
-
-class VadProfileFile(_ProfileCollector):
-    """A VAD profile: one item per fixture and check (harness/vad_gate.py judges)."""
-
-    def collect(self):
-        if not self.wanted():
-            return
-        profile = load_vad_profile(self.path)
-        for fixture in profile.fixtures:
-            for check in vad_checks(profile):
-                item = VadItem.from_parent(
-                    self, name=f"{fixture}::{check}", profile=profile, fixture=fixture, check=check
-                )
-                item.add_marker(pytest.mark.parity)
-                item.add_marker(pytest.mark.xdist_group(profile.name))  # one model load, one oracle run
-                yield item
-
-
-class VadItem(pytest.Item):
-    def __init__(self, *, profile: VadProfile, fixture: str, check: str, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.profile, self.fixture, self.check = profile, fixture, check
-
-    def _result(self, outcome: str, summary: str, seconds: float) -> None:
-        item = ItemResult(
-            model=self.profile.name,
-            scenario=self.fixture,
-            check=self.check,
-            tier=VAD_TIER,
-            oracle=self.profile.oracle,
-            outcome=outcome,
-            summary=summary,
-            seconds=round(seconds, 3),
-            peak_rss_mb=peak_rss_mb(),
-        )
-        self.user_properties.append(("parity", json.dumps(item.__dict__)))
-
-    def runtest(self) -> None:
-        started = time.perf_counter()
-        runs = self.config.stash.setdefault(_VAD_KEY, {})
-        try:
-            run = runs.setdefault(self.profile.name, VadRun(self.profile, [self.fixture]))
-            found = run.check(self.fixture, self.check)
-        except HarnessError as e:
-            self._result("error", str(e), time.perf_counter() - started)
-            raise
-        except Exception as e:  # a crash is an ERROR row, never a missing one
-            self._result("error", f"{type(e).__name__}: {e}", time.perf_counter() - started)
-            raise
-        self._result("passed" if found.passed else "failed", found.detail, time.perf_counter() - started)
-        if not found.passed:
-            raise ParityFailure(CheckResult(self.check, False, found.detail))
-
-    def repr_failure(self, excinfo, style=None):
-        where = f"{self.profile.name}/{self.fixture} {self.check}"
-        if isinstance(excinfo.value, ParityFailure):
-            return f"{where} FAILED: {excinfo.value.result.summary}"
-        if isinstance(excinfo.value, HarnessError):
-            return f"{where} ERROR: {excinfo.value}"
-        return super().repr_failure(excinfo)
-
-    def reportinfo(self):
-        return self.path, None, f"{self.profile.name}::{self.fixture}::{self.check}"
 
 
 def _item_row(nodeid: str, summary: str) -> ItemResult:

@@ -15,7 +15,7 @@ import pytest
 from harness.artifacts.resolve import resolve_artifact
 from harness.errors import ArtifactError
 from harness.paths import REPO_ROOT
-from harness.profile import load_profile
+from harness.profile.load import load_profile
 from tests.conftest import VALID_PROFILE, write_profile
 
 PINNED = "0123456789abcdef0123456789abcdef01234567"
@@ -36,7 +36,8 @@ def seed_hf_cache(cache: Path, repo: str, revision: str, files: dict[str, bytes]
 
 def _resolve_offline(isolated: Path, hf_cache: Path) -> subprocess.CompletedProcess:
     code = (
-        "import sys\nfrom harness.profile import find_profile\nfrom harness.artifacts.resolve import resolve_artifact\n"
+        "import sys\nfrom harness.profile.load import find_profile\n"
+        "from harness.artifacts.resolve import resolve_artifact\n"
         "from harness.errors import HarnessError\n"
         "try:\n    a = resolve_artifact(find_profile('tiny'))\n    print(a.model_dir)\n"
         "except HarnessError as e:\n    print(e, file=sys.stderr)\n    sys.exit(2)\n"
@@ -133,7 +134,7 @@ def test_unconvertible_gguf_is_an_artifact_error(isolated: Path) -> None:
 
 
 def _minicpm_config(**change) -> dict:
-    from harness.profile import find_profile
+    from harness.profile.load import find_profile
 
     config = dict(find_profile("minicpm5-2b").expect)  # the twin's literal shape
     for key, value in change.items():
@@ -148,7 +149,7 @@ def _check(tmp_path: Path, config: dict, generation: dict | None = None, expect:
     import dataclasses
 
     from harness.artifacts.resolve import check_expected_config
-    from harness.profile import find_profile
+    from harness.profile.load import find_profile
 
     profile = find_profile("minicpm5-2b")
     if expect is not None:
@@ -203,7 +204,8 @@ def test_expect_reads_quantization_under_either_key(tmp_path: Path) -> None:
 def test_require_real_refuses_the_twin_fallback(tmp_path: Path) -> None:
     """A hub failure must not turn a real-weights sign-off into a twin sign-off silently."""
     code = (
-        "import sys\nfrom harness.profile import find_profile\nfrom harness.artifacts.resolve import resolve_artifact\n"
+        "import sys\nfrom harness.profile.load import find_profile\n"
+        "from harness.artifacts.resolve import resolve_artifact\n"
         "from harness.errors import ArtifactError\n"
         "try:\n    resolve_artifact(find_profile('minicpm5-2b'))\nexcept ArtifactError as e:\n"
         "    print(e, file=sys.stderr)\n    sys.exit(2)\n"

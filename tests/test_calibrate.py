@@ -10,18 +10,24 @@ import numpy as np
 import pytest
 import yaml
 
+from harness.checks.token_budget import token_differences
 from harness.errors import HarnessError
 from harness.paths import REPO_ROOT
-from harness.profile import load_profile
-from harness.tools.calibrate import differing_tokens, first_divergences, max_logit_diff, summarize, write_budget
+from harness.profile.load import load_profile
+from harness.tools.calibrate import first_divergences, max_logit_diff, summarize, write_budget
 
 
 def test_differing_tokens_counts_each_changed_run_once_by_its_longer_side() -> None:
-    assert differing_tokens([1, 2, 3], [1, 2, 3]) == 0
-    assert differing_tokens([1, 2, 3, 4], [1, 9, 3, 4]) == 1  # one flip
-    assert differing_tokens([1, 2, 3], [1, 2, 7, 3]) == 1  # one insertion ("dog" -> "dog.")
-    assert differing_tokens([1, 2, 3, 4], [1, 8, 9, 4]) == 2
-    assert differing_tokens([], [5, 6]) == 2
+    """The one count the gate and make calibrate share."""
+
+    def differing(a: list[int], b: list[int]) -> int:
+        return token_differences(a, b)[0]
+
+    assert differing([1, 2, 3], [1, 2, 3]) == 0
+    assert differing([1, 2, 3, 4], [1, 9, 3, 4]) == 1  # one flip
+    assert differing([1, 2, 3], [1, 2, 7, 3]) == 1  # one insertion ("dog" -> "dog.")
+    assert differing([1, 2, 3, 4], [1, 8, 9, 4]) == 2
+    assert differing([], [5, 6]) == 2
 
 
 def _call(chosen: list[int], offset: int = 0) -> dict:

@@ -5,14 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.checks.compare import (
-    compare_eos,
-    compare_prompt,
-    compare_steps,
-    compare_tokens,
-    diff_vectors,
-    ulp_distance,
-)
+from harness.checks.compare import compare_steps, diff_vectors, ulp_distance
+from harness.checks.tokens import compare_eos, compare_prompt, compare_tokens
 from harness.records import ScenarioRecord
 
 
@@ -129,7 +123,7 @@ def test_json_results_compare_exactly_and_nan_only_matches_nan() -> None:
 
 
 def test_token_flips_are_classified_as_near_ties_or_not() -> None:
-    from harness.checks.compare import compare_tokens
+    from harness.checks.tokens import compare_tokens
 
     def record(logits: list[list[float]], tokens: list[int]) -> ScenarioRecord:
         return ScenarioRecord("s", None, [1], tokens, np.array(logits, dtype=np.float32), [2])
@@ -149,7 +143,7 @@ def test_token_flips_are_classified_as_near_ties_or_not() -> None:
 
 
 def test_eos_stop_is_judged_per_segment() -> None:
-    from harness.checks.compare import compare_eos
+    from harness.checks.tokens import compare_eos
 
     def record(tokens: list[int]) -> ScenarioRecord:
         rows = [{"row_offset": 0, "n_steps": 3}, {"row_offset": 3, "n_steps": 3}]

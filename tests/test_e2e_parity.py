@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.paths import REPO_ROOT
-from harness.profile import find_profile
+from harness.profile.load import find_profile
 
 pytestmark = pytest.mark.slow
 

@@ -25,7 +25,7 @@ RECORD = CalibrationRecord(
     golden=GOLDEN,
     budget=0,
     steps=(StepBound(0, 0, 0, 1.25e-05), StepBound(0, 1, 0, 2.5e-05)),
-    origin={"command": "python -m harness.tools.calibrate --model whisper-tiny-en --write"},
+    origin={"command": "python -m harness calibrate --model whisper-tiny-en --write"},
 )
 
 

@@ -121,10 +121,10 @@ def test_every_tracked_golden_is_fresh() -> None:
     machine its key serves: it must be regenerated or removed, not shipped."""
     from harness import COMPACT_GOLDEN_FORMAT, FULL_GOLDEN_FORMAT, HARNESS_VERSION
     from harness.artifacts.files import sha256_file
+    from harness.goldens.lifecycle import SHARED_GENERATORS
     from harness.paths import oracles_dir
-    from harness.profile import find_profile
+    from harness.profile.load import find_profile
     from harness.runners.venvs import pins_hash, read_pins
-    from harness.session import SHARED_GENERATORS
 
     manifests = _tracked_manifests()
     assert manifests
@@ -133,7 +133,7 @@ def test_every_tracked_golden_is_fresh() -> None:
         m = json.loads(path.read_text())
         prov = m["provenance"]
         oracle = prov["oracle"]["name"] if "oracle" in prov else "silero-vad"
-        if oracle == "silero-vad":  # the VAD gate's own manifest layout (harness/vad_gate.py)
+        if oracle == "silero-vad":  # the VAD gate's own manifest layout (harness/checks/vad.py)
             generator, pins, version = prov["generator_sha256"], prov["pins_hash"], None
         else:
             generator, pins, version = prov["oracle"]["generator_sha256"], prov["oracle"]["pins_hash"], m["format"]
@@ -177,7 +177,7 @@ def test_every_tracked_calibration_record_is_intact_and_of_its_golden() -> None:
     beside its golden: unedited, measured against that very golden, with the profile's budget;
     and a tracked golden of a whisper-fast scenario comes with its record (fresh or absent)."""
     from harness.goldens.calibration import identity_of, read_record
-    from harness.profile import find_profile
+    from harness.profile.load import find_profile
 
     records = [p for p in _tracked_json() if p.parent.name == "calibration"]
     problems = []
@@ -235,7 +235,7 @@ def test_an_empty_goldens_folder_is_generated_and_judged(tmp_path: Path) -> None
     assert len(torch) == 1 and "-torch2." in torch[0][1] and torch[0][1] != mlx
     # the VAD gate (torch family) in the same folder
     vad = subprocess.run(
-        [sys.executable, "-m", "harness.vad_gate", "--fixtures", "fox.wav"],
+        [sys.executable, "-m", "harness.tools.vad", "--fixtures", "fox.wav"],
         capture_output=True,
         text=True,
         cwd=REPO_ROOT,

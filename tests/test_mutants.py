@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from harness.checks.compare import CheckResult
+from harness.checks.registry import CHECKS
 from harness.errors import InTreeRunError
 from harness.paths import REPO_ROOT
-from harness.profile import find_profile
+from harness.profile.load import find_profile
 from harness.session import ParitySession
 from harness.tools import mutants
 
@@ -22,13 +23,12 @@ def test_every_mutant_names_a_scenario_of_its_profile() -> None:
 
 
 def test_every_gate_test_named_in_the_matrix_exists() -> None:
-    for check, tests in mutants.GATE_TESTS.items():
-        assert check in mutants.registry(), check
-        for test in tests:
+    for check in CHECKS.values():
+        for test in check.failing_tests:
             path, name = test.split("::")
             tree = ast.parse((REPO_ROOT / path).read_text())
             names = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
-            assert name in names, f"{test} (named for {check}) does not exist"
+            assert name in names, f"{test} (named for {check.name}) does not exist"
 
 
 def test_a_mutant_is_judged_by_run_check_on_every_declared_check(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -54,7 +54,7 @@ def test_a_mutant_is_judged_by_run_check_on_every_declared_check(monkeypatch: py
 
 def test_the_matrix_names_every_check_without_a_kill() -> None:
     checks = mutants.registry()
-    untested = [c for c in checks if c not in mutants.GATE_TESTS]
+    untested = [c for c in checks if not CHECKS[c].failing_tests]
     judged = {"a": {"outcomes": {untested[0]: "failed", untested[1]: "error"}}}
     lines, lacking = mutants.matrix(judged)
     assert untested[0] not in lacking and untested[1] in lacking  # an error is not a check failing
@@ -66,7 +66,7 @@ def test_the_matrix_names_every_check_without_a_kill() -> None:
 def test_the_mutant_list_can_kill_every_check_of_the_registry() -> None:
     """Statically: every registry check is declared by some mutant's scenario or has a gate test
     (whether the mutant really kills it is what `make mutants` runs and docs/mutants.md records)."""
-    declared = set(mutants.GATE_TESTS)
+    declared = {c.name for c in CHECKS.values() if c.failing_tests}
     for m in mutants.MUTANTS:
         profile = find_profile(m.model)
         declared |= set(profile.checks(profile.scenario(m.scenario)))

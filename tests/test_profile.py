@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.checks import registry
 from harness.errors import ProfileError, UnknownModelError
 from harness.paths import REPO_ROOT
-from harness.profile import L1_CHECKS, find_profile, load_profile
+from harness.profile.load import find_profile, load_profile
 from tests.conftest import VALID_PROFILE, write_profile
 
 
@@ -19,7 +20,7 @@ def test_valid_profile_loads_into_typed_objects(isolated: Path) -> None:
     plain, chat = profile.scenarios
     assert plain.kind == "plain" and chat.kind == "chat"
     assert profile.steps(plain) == 3 and profile.steps(chat) == 32
-    assert profile.checks(chat) == list(L1_CHECKS)
+    assert profile.checks(chat) == registry.defaults()
     assert profile.scenario_spec(plain)["n_tokens"] == 4
 
 

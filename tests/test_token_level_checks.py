@@ -23,17 +23,17 @@ def _speech_record(tokens: list[int], text: str, avg_logprob: float) -> Scenario
 
 
 def test_token_level_checks_ignore_foreign_floats_and_catch_token_and_text_changes() -> None:
-    from harness.session import CHECKS
+    from harness.checks.registry import CHECKS
 
     golden = _speech_record([1, 2, 3], " a b", -0.25)
     # Another framework's log-probabilities differ in their last bits: not judged at token level.
     same = _speech_record([1, 2, 3], " a b", -0.2500001)
     for check in ("decode_tokens", "transcript_text"):
-        assert CHECKS[check][1](golden, same).passed
+        assert CHECKS[check].judge(golden, same).passed
     flipped = _speech_record([1, 0, 3], " a b", -0.25)
-    result = CHECKS["decode_tokens"][1](golden, flipped)
+    result = CHECKS["decode_tokens"].judge(golden, flipped)
     assert not result.passed and result.first_bad_step == 1, result.summary
     retexted = _speech_record([1, 2, 3], " a c", -0.25)
-    assert not CHECKS["decode_tokens"][1](golden, retexted).passed  # a decode call's text
-    result = CHECKS["transcript_text"][1](golden, retexted)
+    assert not CHECKS["decode_tokens"].judge(golden, retexted).passed  # a decode call's text
+    result = CHECKS["transcript_text"].judge(golden, retexted)
     assert not result.passed and "text" in result.summary, result.summary

@@ -1,4 +1,4 @@
-"""Silero VAD in MLX (models/vad) against the silero-vad package (harness/vad_gate).
+"""Silero VAD in MLX (models/vad) against the silero-vad package (harness/*/vad.py).
 
 The gate must pass on every fixture and must fail on perturbed implementations: the
 context dropped, whisper.cpp's both-sides padding, the LSTM gates reordered, a changed
@@ -19,9 +19,12 @@ import numpy as np
 import pytest
 import yaml
 
-from harness import vad_gate
+from harness.artifacts.vad import resolve_vad_weights
+from harness.checks.vad import VadRun, gate_fixture, vad_checks
 from harness.errors import ArtifactError, GoldenError, StaleGoldenError
-from harness.vad_gate import ensure_goldens, gate_fixture, load_vad_profile, resolve_vad_weights
+from harness.goldens import vad as vad_goldens
+from harness.goldens.vad import ensure_goldens
+from harness.profile.vad import load_vad_profile
 from models.vad import (
     SileroVAD,
     SpeechTimestampOptions,
@@ -290,7 +293,7 @@ def test_stale_golden_is_an_error_and_unreproducible_blob_is_an_error(profile, g
     manifest = json.loads(src.read_text())
     manifest["provenance"]["generator_sha256"] = "0" * 64  # an older generator
     dst.write_text(json.dumps(manifest))
-    monkeypatch.setattr(vad_gate, "goldens_dir", lambda: root)
+    monkeypatch.setattr(vad_goldens, "goldens_dir", lambda: root)
     with pytest.raises(StaleGoldenError, match=r"stale golden .*generator_sha256.*make vad ARGS=--update"):
         ensure_goldens(profile, ["fox.wav"])
     assert json.loads(dst.read_text()) == manifest  # nothing rewritten
@@ -334,7 +337,7 @@ def _vad_parity(tmp_path: Path, *pytest_args: str) -> tuple[int, dict]:
 def test_make_parity_collects_the_vad_profile(profile, tmp_path: Path) -> None:
     code, report = _vad_parity(tmp_path, "-k", "fox.wav")
     rows = [(r["model"], r["scenario"], r["check"], r["outcome"]) for r in report["results"]]
-    assert rows == [("silero-vad", "fox.wav", c, "passed") for c in vad_gate.vad_checks(profile)]
+    assert rows == [("silero-vad", "fox.wav", c, "passed") for c in vad_checks(profile)]
     assert code == 0 and report["verdict"] == "PASS"
     provenance = report["context"]["provenance"]["silero-vad"]
     assert provenance["kind"] == "vad" and provenance["artifact"]["sha256"] == profile.artifact.sha256
@@ -359,7 +362,7 @@ def test_input_fails_when_the_oracle_read_other_samples_and_nothing_else_is_comp
     verdict = gate_fixture(profile, model, other)
     assert [c.name for c in verdict.checks] == ["input"] and not verdict.checks[0].passed
     assert "vs oracle 000000000000" in verdict.checks[0].detail
-    run = vad_gate.VadRun(profile, ["fox.wav"])
+    run = VadRun(profile, ["fox.wav"])
     run._model, run._goldens = model, {"fox.wav": other}
     assert not run.check("fox.wav", "input").passed
     from harness.errors import NothingComparedError

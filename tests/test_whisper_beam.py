@@ -286,7 +286,7 @@ OPTIONS = {"temperature": 0.0, "beam_size": 5, "fp16": False}
 @pytest.fixture(scope="module")
 def fox_oracle(tmp_path_factory) -> dict:
     from harness.artifacts.resolve import resolve_artifact
-    from harness.profile import find_profile
+    from harness.profile.load import find_profile
     from harness.runners.venvs import ensure_oracle_env
 
     model_dir = resolve_artifact(find_profile("whisper-tiny-en")).model_dir

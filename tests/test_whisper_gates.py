@@ -10,8 +10,9 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from harness.session import CHECKS as GATES
-from harness.session import ParitySession, runnable_spec
+from harness.checks.registry import CHECKS as GATES
+from harness.goldens.lifecycle import runnable_spec
+from harness.session import ParitySession
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("whisper-large-v3-turbo-mini")]
 
@@ -95,5 +96,5 @@ def test_a_changed_fallback_threshold_fails_the_fallback_gate() -> None:
     golden = session.golden(profile, scenario).record
     spec = runnable_spec(profile.scenario_spec(scenario))
     spec["options"] = dict(spec["options"]) | {"logprob_threshold": -100.0}
-    result = GATES["fallback_decisions"][1](golden, session.runner(profile).run(spec))
+    result = GATES["fallback_decisions"].judge(golden, session.runner(profile).run(spec))
     assert not result.passed and "decode calls and fallback decisions differs" in result.summary, result.summary

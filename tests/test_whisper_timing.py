@@ -22,7 +22,7 @@ import pytest
 from harness.artifacts.resolve import resolve_artifact
 from harness.checks.compare import compare_json
 from harness.paths import REPO_ROOT, oracles_dir, profiles_dir
-from harness.profile import load_profile
+from harness.profile.load import load_profile
 from harness.runners.venvs import ensure_oracle_env
 from models.whisper import timing
 from models.whisper.timing import WordTiming, dtw, median_filter, merge_punctuations

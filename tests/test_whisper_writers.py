@@ -25,7 +25,7 @@ from harness.checks.writers import (
     write_oracle,
 )
 from harness.paths import REPO_ROOT, oracles_dir, profiles_dir
-from harness.profile import load_profile
+from harness.profile.load import load_profile
 from harness.runners.venvs import ensure_oracle_env
 from models.whisper import writers
 

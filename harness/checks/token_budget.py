@@ -12,43 +12,10 @@ calibration record (harness/goldens/calibration.py, written by `make calibrate A
   `fast_picks` (per step and batch member, what the fast path would have appended), as
   `fast.fast_transcribe_record` writes them.
 
-Rules (any one failing fails the gate):
-
-0. The record. The profile's budget must equal the record's; the record must be unedited and
-   measured against this golden (else an error naming `make calibrate`).
-1. The fast path ran: at least one greedy step was decoded by it (a clip whose every call was
-   delegated to the faithful decoder judges nothing of the fast path).
-2. Bound. On every greedy teacher-forced step (rows of an ended sequence aside) the fast path's
-   largest |logit error| against the oracle (pre-filter logits, float64 differences) must not
-   exceed the record's number for that step; the steps themselves must be the record's.
-3. Budget. A clip's tokens are the `tokens` of its decode calls that were kept and not
-   skipped as silence, concatenated (text and timestamp tokens, no EOT: what the segments are
-   cut from). The oracle's and the free-running fast path's sequences are aligned with
-   difflib (`SequenceMatcher(autojunk=False)` opcodes); each non-equal opcode counts
-   `max(oracle span, fast span)` tokens. More than `budget` differing tokens fail.
-4. Near-ties, on every greedy teacher-forced step: the call's filters F are applied to both
-   sides' pre-filter logits with the filter state of the oracle's prefix: ĝ = F(oracle),
-   â = F(fast).
-   (a) argmax ĝ must be the oracle's token (else the fast path's rules are not the oracle's);
-   (b) argmax â must be the fast path's recorded pick (else its compiled step does not apply
-       the filters it declares);
-   (c) where the pick differs from the oracle's token w, the flip must be a near-tie by
-       `harness.checks.compare.is_near_tie`: both tokens allowed on both sides, margin and shift are
-       `compare.margin_shift` of the pre-filter logits; one side masking a token the other
-       allows: only the timestamp-probability rule reads logit values, so margin = the
-       oracle's |timestamp log-prob - best text log-prob| and shift = how much the fast
-       side's logits move that difference. Anything else is not a near-tie.
-5. Where the counted differences arise. The free run's decode calls are compared with the
-   oracle's in order; the first one that differs is where the differences arise: there both
-   runs were fed the same prefix, so the teacher-forced run must show, at that very step, a
-   flip onto the free run's token (or EOT), and that flip must be a near-tie (rule 4c). The
-   differences after it follow from that drift and are attributed to it. A free run that
-   differs where teacher forcing agrees, or whose first difference is a decision (kept,
-   fallback, silence) or a delegated call, is unexplained and fails.
-
-Every difference and every failure names the decode call, step, tokens, margin and error.
-Sampled decode calls (T > 0, delegated to the faithful decoder) carry no picks: rules 2 and 4
-skip them.
+Its rules, numbered 0-5 as the functions below cite them, are in docs/whisper-fast.md ("The L2
+gate"): the record, the fast path ran, the per-step bound, the budget, near-ties, and where the
+counted differences arise. Every difference and every failure names the decode call, step,
+tokens, margin and error.
 """
 
 from __future__ import annotations
@@ -60,7 +27,8 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from harness.checks.compare import CheckResult, is_near_tie, margin_shift, top_k
+from harness.checks.compare import CheckResult, top_k
+from harness.checks.tokens import is_near_tie, margin_shift
 from harness.goldens.calibration import CalibrationRecord, StepBound
 from harness.records import ScenarioRecord
 from models.whisper.fast_filters import FastFilters, FilterState

@@ -152,12 +152,12 @@ class GoldenStore:
             return self._load_compact(path, manifest)
         if "logits" not in blobs:
             raise GoldenError(f"corrupted golden manifest {path}: no 'logits' blob")
-        logits = self._read_blob(blobs["logits"], path)
+        logits = self.read_blob(blobs["logits"], path)
         names = manifest["record"].get("arrays", [])
         missing = [n for n in names if n not in blobs]
         if missing:
             raise GoldenError(f"corrupted golden manifest {path}: record names arrays {missing} without blobs")
-        arrays = {name: self._read_blob(blobs[name], path) for name in names}
+        arrays = {name: self.read_blob(blobs[name], path) for name in names}
         record = ScenarioRecord.from_meta(manifest["record"], logits, str(path), arrays)
         record.validate(str(path))
         return Golden(manifest_path=path, manifest=manifest, record=record)
@@ -174,11 +174,11 @@ class GoldenStore:
         blobs = manifest.get("blobs", {})
         head = np.zeros((0, compact.vocab), np.float32)
         if "logits_head" in blobs and self.blob_path(blobs["logits_head"]["sha256"]).exists():
-            head = self._read_blob(blobs["logits_head"], path)
+            head = self.read_blob(blobs["logits_head"], path)
         arrays = {}
         for name in names:
             if name in blobs and self.blob_path(blobs[name]["sha256"]).exists():
-                arrays[name] = self._read_blob(blobs[name], path)
+                arrays[name] = self.read_blob(blobs[name], path)
                 if array_sha256(arrays[name]) != digests[name]:
                     raise GoldenError(
                         f"corrupted golden blob for {name!r} of {path}: its bits do not hash to the digest; "
@@ -213,7 +213,7 @@ class GoldenStore:
             return None
         try:
             ref = json.loads(index.read_text())
-            logits = self._read_blob(ref, index)
+            logits = self.read_blob(ref, index)
             if len(logits) != len(compact.row_sha256) or compact.mismatches(logits, range(len(logits))):
                 raise GoldenError(f"full vectors {self.blob_path(ref['sha256'])} do not hash to the golden's rows")
         except (OSError, KeyError, TypeError, json.JSONDecodeError, GoldenError) as e:
@@ -222,7 +222,7 @@ class GoldenStore:
             return None
         return logits
 
-    def _read_blob(self, ref: dict[str, Any], manifest_path: Path) -> np.ndarray:
+    def read_blob(self, ref: dict[str, Any], manifest_path: Path) -> np.ndarray:
         blob = self.blob_path(ref["sha256"])
         try:
             data = blob.read_bytes()

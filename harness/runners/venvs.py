@@ -343,3 +343,10 @@ def check_same_mlx(env: OracleEnv, project_mlx: str) -> dict[str, str | None]:
             f"(pin the same mlx in {pins_path(env.name)} and requirements.txt)"
         )
     return versions
+
+
+def oracle_pins_hash(oracle: str) -> str:
+    """The pins hash of the oracle's venv, or of the external interpreter's installed versions."""
+    if os.environ.get("MLX_PARITY_ORACLE_PYTHON"):
+        return ensure_oracle_env(oracle).pins_hash
+    return pins_hash(read_pins(oracle))

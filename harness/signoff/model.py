@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.checks import registry
 from harness.errors import HarnessError
-from harness.profile import L1_CHECKS
 from harness.report import ItemResult
 
 SIGNED_OFF = "SIGNED OFF"
@@ -205,7 +205,7 @@ class Signoff:
 
     def check_names(self) -> list[str]:
         names = {c.check for c in self.checks}
-        known = [c for c in L1_CHECKS if c in names]
+        known = [c for c in registry.CHECKS if c in names]  # the registry's order first
         return known + sorted(names - set(known))
 
     def timings(self) -> list[ScenarioTiming]:

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from harness.checks.registry import CHECKS
 from harness.report import ItemResult
 
-_COLORS = {"prefill_logits": "#8250df", "decode_logits": "#0969da", "teacher_forced_logits": "#bf8700"}
+# One colour per logits gate (the checks localized to a module), in registry order.
+_COLORS = dict(zip((c.name for c in CHECKS.values() if c.localized), ("#8250df", "#0969da", "#bf8700"), strict=True))
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""`python -m harness.tools.bench --model NAME`: speed of the in-tree model vs mlx-lm, and what a warm parity costs.
+"""`python -m harness bench --model NAME`: speed of the in-tree model vs mlx-lm, and what a warm parity costs.
 
 Figures, all measured on this machine in one run (docs/benchmarks.md keeps the latest):
 
@@ -16,12 +16,9 @@ Figures, all measured on this machine in one run (docs/benchmarks.md keeps the l
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,24 +26,26 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import OracleError
-from harness.paths import REPO_ROOT, cache_root, oracles_dir, reports_dir
+from harness.paths import REPO_ROOT
 from harness.profile import Profile
 from harness.progress import progress
 from harness.provenance import device_facts
+from harness.tools.bench_common import (
+    bench_prompt,
+    loadavg,
+    machine,
+    machine_line,
+    oracle_runs,
+    run_command,
+    scratch_dir,
+    write_job,
+    write_result,
+)
 
 OPENBLAS = Path("/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0")
 
 
 # -- 1. speed ----------------------------------------------------------------------------------
-
-
-def bench_prompt(profile: Profile, runner: Any) -> tuple[str, list[int]]:
-    """The longest scenario prompt (as parity encodes it): a prompt the gate already runs."""
-    active = profile.active_scenarios(device_facts().backend)
-    single = [s for s in active if s.kind in ("plain", "chat") and not s.turns and s.composition is None]
-    encoded = {s.id: runner.encode(profile.scenario_spec(s))[1] for s in single}
-    longest = max(encoded, key=lambda sid: len(encoded[sid]))
-    return longest, encoded[longest]
 
 
 def time_intree(model: Any, prompt_ids: list[int], steps: int) -> tuple[float, float, int]:
@@ -82,28 +81,10 @@ def intree_runs(model: Any, prompt_ids: list[int], steps: int, repeats: int) -> 
     return [time_intree(model, prompt_ids, steps) for _ in range(repeats)]
 
 
-def write_job(directory: Path, prompt_ids: list[int], steps: int, repeats: int) -> Path:
-    """The child processes' orders: the very prompt ids timed here, so every side runs the same tokens."""
-    path = directory / "ids.json"
-    path.write_text(json.dumps({"prompt_ids": prompt_ids, "steps": steps, "repeats": repeats}))
-    return path
-
-
-def oracle_runs(profile: Profile, model_dir: Path, job: Path) -> dict[str, Any]:
-    """The oracle's own decode loop, timed in its venv (`python -I`: the repository is not importable there)."""
-    from harness.runners.venvs import ensure_oracle_env
-
-    env = ensure_oracle_env(profile.oracle)
-    script = oracles_dir() / profile.oracle / "bench.py"
-    cmd, child_env = env.command(str(script), "--model-dir", str(model_dir), "--ids", str(job))
-    child_env["HF_HUB_OFFLINE"] = "1"
-    return json.loads(_run(cmd, env=child_env, cwd=job.parent).stdout.strip().splitlines()[-1])
-
-
 def openblas_runs(model: str, job: Path) -> dict[str, Any]:
     """The in-tree runs in a child process with OpenBLAS preloaded (this module, `--speed-only`)."""
     cmd = [sys.executable, "-m", "harness.tools.bench", "--model", model, "--speed-only", str(job)]
-    out = _run(cmd, env=os.environ | {"LD_PRELOAD": str(OPENBLAS)}, cwd=REPO_ROOT)
+    out = run_command(cmd, env=os.environ | {"LD_PRELOAD": str(OPENBLAS)}, cwd=REPO_ROOT)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -119,7 +100,7 @@ def speed(
     runs: dict[str, list[tuple[float, float, int]]] = {"intree": [], "mlx_lm": [], "intree_openblas": []}
     facts: dict[str, dict[str, Any]] = {"intree": {"blas": device_facts().blas}}
     time_intree(model, prompt_ids, steps)  # warm-up
-    with tempfile.TemporaryDirectory(prefix="bench-", dir=_tmp()) as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-", dir=scratch_dir()) as tmp:
         job = write_job(Path(tmp), prompt_ids, steps, repeats=1)
         for _ in range(repeats):
             runs["intree"].append(time_intree(model, prompt_ids, steps))
@@ -168,7 +149,8 @@ def per_step_overhead(session: Any, profile: Profile) -> dict[str, Any]:
     the host, record built); judging = every check of the scenario on that record, against the
     golden as stored (compact: hashes) and against its full vectors (the diagnostic path).
     """
-    from harness.session import CHECKS, decide_by_digest, runnable_spec
+    from harness.checks import registry
+    from harness.goldens.lifecycle import runnable_spec
 
     runner = session.runner(profile)
     rows, totals = [], {"forward_s": 0.0, "judge_s": 0.0, "judge_full_s": 0.0, "steps": 0}
@@ -185,14 +167,14 @@ def per_step_overhead(session: Any, profile: Profile) -> dict[str, Any]:
         started = time.perf_counter()
         record = runner.run(spec)
         forward = time.perf_counter() - started
-        checks = [c for c in profile.checks(scenario) if c in CHECKS]
+        checks = [c for c in profile.checks(scenario) if registry.get(c).run == "free"]
         started = time.perf_counter()
         for check in checks:
-            decide_by_digest(check, golden, record) if golden.is_compact else CHECKS[check][1](golden, record)
+            registry.judge(check, golden, record, lambda f=full: f)
         judge = time.perf_counter() - started
         started = time.perf_counter()
         for check in checks:
-            CHECKS[check][1](full, record)
+            registry.judge(check, full, record, lambda f=full: f)
         judge_full = time.perf_counter() - started
         steps = len(record.tokens)
         rows.append(
@@ -216,11 +198,11 @@ def per_step_overhead(session: Any, profile: Profile) -> dict[str, Any]:
 
 def parity_wall(model: str) -> dict[str, Any]:
     """Wall time of `python -m harness parity` as `make parity` runs it (report to a temporary file)."""
-    with tempfile.TemporaryDirectory(prefix="bench-", dir=_tmp()) as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-", dir=scratch_dir()) as tmp:
         report = Path(tmp) / "report.json"
         cmd = [sys.executable, "-m", "harness", "parity", "--model", model, "--report", str(report)]
         started = time.perf_counter()
-        _run(cmd, env=dict(os.environ), cwd=REPO_ROOT)
+        run_command(cmd, env=dict(os.environ), cwd=REPO_ROOT)
         wall = time.perf_counter() - started
         report_data = json.loads(report.read_text())
     # The report's per-check seconds were measured inside that very run (the first check of a scenario
@@ -231,8 +213,8 @@ def parity_wall(model: str) -> dict[str, Any]:
 
 def oracle_generation(profile: Profile, model_dir: Path) -> float:
     """One full oracle generation of all scenarios: what a cold parity adds (nothing is written)."""
+    from harness.goldens.lifecycle import runnable_spec
     from harness.runners.oracle import OracleRunner
-    from harness.session import runnable_spec
 
     scenarios = profile.active_scenarios(device_facts().backend)
     specs = [runnable_spec(profile.scenario_spec(s)) for s in scenarios if profile.oracle_of(s) == profile.oracle]
@@ -242,39 +224,6 @@ def oracle_generation(profile: Profile, model_dir: Path) -> float:
 
 
 # -- 3. machine, plumbing, output ---------------------------------------------------------------
-
-
-def machine(load_before: list[float]) -> dict[str, Any]:
-    """Facts the figures depend on; the load averages say whether other work shared the CPU."""
-    facts = device_facts()
-    return {
-        "device": facts.as_dict(),
-        "cpu_count": os.cpu_count(),
-        "nproc": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "python": platform.python_version(),
-        "mlx": facts.mlx,
-        "blas": facts.blas,
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "loadavg_1m_before_after": [load_before[0], _loadavg()[0]],
-    }
-
-
-def _loadavg() -> list[float]:
-    return list(os.getloadavg()) if hasattr(os, "getloadavg") else [float("nan")] * 3
-
-
-def _tmp() -> Path:
-    path = cache_root() / "tmp"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def _run(cmd: list[str], env: dict[str, str], cwd: Path | str) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, check=False)
-    if result.returncode != 0:
-        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-20:])
-        raise SystemExit(f"bench: {' '.join(cmd[:4])} ... failed (exit {result.returncode}):\n{tail}")
-    return result
 
 
 def table(result: dict[str, Any]) -> str:
@@ -296,8 +245,7 @@ def table(result: dict[str, Any]) -> str:
         extra = f"{blas[key]:.2f}" if blas else "not measured"
         lines.append(f"| {label} | {s['intree'][key]:.2f} | {s['mlx_lm'][key]:.2f} | {extra} |")
     if not h:  # --speed: no parity timings
-        d = m["device"]
-        lines += ["", f"Machine: {d['key']} ({d['processor']}, nproc {m['nproc']}), python {m['python']}, {m['date']}"]
+        lines += ["", machine_line(m)]
         return "\n".join(lines)
     wall = h["parity_wall_s"]
     lines += ["", f"| warm `parity` ({h['parity_verdict']}) | s | % of wall |", "|---|---:|---:|"]
@@ -319,17 +267,12 @@ def table(result: dict[str, Any]) -> str:
         f"{100 * outside / wall:.1f} |"
     )
     lines.append(f"| cold: oracle generation, all scenarios (not in a warm run) | {h['oracle_generation_s']:.2f} | |")
-    d = m["device"]
-    lines += [
-        "",
-        f"Machine: {d['key']} ({d['processor']}, nproc {m['nproc']}), python {m['python']}, {m['date']}, "
-        f"1-min load before/after {m['loadavg_1m_before_after'][0]:.2f}/{m['loadavg_1m_before_after'][1]:.2f}",
-    ]
+    lines += ["", machine_line(m)]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.tools.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness bench", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m", help="profile name")
     parser.add_argument("--steps", type=int, default=32, help="greedy decode steps per timed run")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds (the median is reported)")
@@ -374,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(timings | {"blas": device_facts().blas}))
         return 0
 
-    load_before = _loadavg()
+    load_before = loadavg()
     harness: dict[str, Any] = {}
     if args.speed:
         runner = session.runner(profile)
@@ -401,10 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(load_before),
     }
     print(table(result))
-    out = args.out or reports_dir() / f"bench-{profile.name}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"bench: {out}")
+    write_result(result, profile.name, args.out)
     return 0
 
 

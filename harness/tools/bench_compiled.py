@@ -1,4 +1,4 @@
-"""`python -m harness.tools.bench_compiled --model NAME`: decode tok/s of the compiled step vs eager vs mlx-lm.
+"""`python -m harness bench-compiled --model NAME`: decode tok/s of the compiled step vs eager vs mlx-lm.
 
 Three sides on the same prompt ids (the profile's longest single-prompt scenario, as
 `harness.tools.bench` picks it), each one warm-up then `--repeats` timed runs interleaved by round
@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
-import json
 import statistics
 import sys
 import tempfile
@@ -34,14 +32,21 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.paths import reports_dir
 from harness.profile import Profile
 from harness.progress import progress
 from harness.provenance import device_facts
-from harness.tools.bench import _loadavg, _tmp, bench_prompt, machine, oracle_runs, write_job
+from harness.tools.bench_common import (
+    bench_prompt,
+    loadavg,
+    machine,
+    machine_line,
+    oracle_runs,
+    scratch_dir,
+    write_job,
+    write_result,
+)
 
 # The step gates a compiled decode loop answers for (prompt identity is the tokenizer's).
-GATE_CHECKS = ("prefill_logits", "decode_logits", "teacher_forced_logits", "greedy_tokens", "eos_stop")
 
 
 # -- speed ---------------------------------------------------------------------------------------
@@ -91,7 +96,7 @@ def speed(
     bit_exact = bool(np.array_equal(warm["eager"][3], warm["compiled"][3]) and warm["eager"][4] == warm["compiled"][4])
     runs: dict[str, list[tuple[float, float, int]]] = {"eager": [], "compiled": [], "mlx_lm": []}
     facts: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-compiled-", dir=_tmp()) as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-compiled-", dir=scratch_dir()) as tmp:
         job = write_job(Path(tmp), prompt_ids, steps, repeats=1)
         for _ in range(repeats):
             for name, fn in sides.items():
@@ -141,12 +146,7 @@ def table(result: dict[str, Any]) -> str:
             f"| {label} | {s['eager'][key]:.2f} | {c[key]:.2f} | {oracle if oracle is None else f'{oracle:.2f}'} "
             f"| {ratio} | {c[key] / s['eager'][key]:.2f}x |"
         )
-    d = m["device"]
-    lines += [
-        "",
-        f"Machine: {d['key']} ({d['processor']}, nproc {m['nproc']}), python {m['python']}, {m['date']}, "
-        f"1-min load before/after {m['loadavg_1m_before_after'][0]:.2f}/{m['loadavg_1m_before_after'][1]:.2f}",
-    ]
+    lines += ["", machine_line(m)]
     return "\n".join(lines)
 
 
@@ -182,7 +182,7 @@ def gate(session: Any, profile: Profile, variant: str, scenario_ids: list[str] |
     """Every single-sequence L1 scenario (plain, chat, turns) through the compiled loop, judged
     by the session's own checks against the goldens. (Not session.run_check: the session
     keeps the in-tree records it ran, and those would be the eager loop's.)"""
-    from harness.session import CHECKS, decide_by_digest
+    from harness.checks import registry
 
     goldens = session.goldens(profile)
     runner = session.runner(profile)
@@ -197,13 +197,10 @@ def gate(session: Any, profile: Profile, variant: str, scenario_ids: list[str] |
         with compiled_decode_in_runner(variant) as reports:
             records = {"free": runner.run(spec), "teacher_forced": runner.run(spec, forced=golden)}
         ran = sorted({r.variant if r.compiled else "eager: " + "; ".join(r.reasons) for r in reports})
-        for check in (c for c in profile.checks(scenario) if c in GATE_CHECKS):
-            mode, judge = CHECKS[check]
-            # As ParitySession.run_check judges: a compact golden by its hashes when they
-            # settle it, else against the full vectors (which explain the difference).
-            result = decide_by_digest(check, golden, records[mode]) if golden.is_compact else None
-            if result is None:
-                result = judge(session.full_golden(profile, scenario), records[mode])
+        for check in (c for c in profile.checks(scenario) if registry.get(c).run in records):
+            result = registry.judge(
+                check, golden, records[registry.get(check).run], lambda s=scenario: session.full_golden(profile, s)
+            )
             rows.append(
                 {
                     "scenario": scenario.id,
@@ -220,7 +217,7 @@ def gate(session: Any, profile: Profile, variant: str, scenario_ids: list[str] |
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.tools.bench_compiled", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness bench-compiled", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m", help="profile name")
     parser.add_argument("--steps", type=int, default=32, help="greedy decode steps per timed run")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds (the median is reported)")
@@ -238,8 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--variant: expected one of {VARIANTS}, got {args.variant!r}")
     session = ParitySession()
     profile = session.profile(args.model)
-    stamp = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}"
-    load_before = _loadavg()
+    load_before = loadavg()
     if args.gate:
         with progress.task(f"bench_compiled: L1 gates of {profile.name} with the compiled decode ({args.variant})"):
             rows = gate(session, profile, args.variant, args.scenario)
@@ -254,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         result: dict[str, Any] = {"model": profile.name, "variant": args.variant, "gate": rows}
         result["machine"] = machine(load_before)
-        out = args.out or reports_dir() / f"gate-compiled-{profile.name}-{stamp}.json"
+        name = f"gate-compiled-{profile.name}"
     else:
         runner = session.runner(profile)
         scenario, ids = bench_prompt(profile, runner)
@@ -274,10 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         }
         print(table(result))
         failed = 0
-        out = args.out or reports_dir() / f"bench-compiled-{profile.name}-{stamp}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"bench_compiled: {out}")
+        name = f"compiled-{profile.name}"
+    write_result(result, name, args.out)
     return 1 if failed else 0
 
 

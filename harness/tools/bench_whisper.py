@@ -1,6 +1,6 @@
 """Real-time factor of the in-tree Whisper (faithful and fast paths) vs mlx-whisper, same clips, same run.
 
-    .venv/bin/python -m harness.tools.bench_whisper --model whisper-tiny-en [--repeats 3]
+    .venv/bin/python -m harness bench-whisper --model whisper-tiny-en [--repeats 3]
         [--paths faithful,fast,mlx-whisper] [--clips fox.wav,long.wav]
 
 RTF = transcription seconds / audio seconds (below 1 is faster than real time). Both sides
@@ -25,8 +25,11 @@ import wave
 from pathlib import Path
 from typing import Any
 
-from harness.paths import REPO_ROOT, cache_root, oracles_dir, reports_dir
+from harness.paths import REPO_ROOT, cache_root, oracles_dir
 from harness.provenance import device_facts
+from harness.tools.bench_common import (
+    write_result,
+)
 
 
 def clip_seconds(path: Path) -> float:
@@ -92,7 +95,7 @@ def oracle_seconds(model_dir: Path, clips: list[str], options: dict[str, Any], r
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.tools.bench_whisper", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness bench-whisper", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="whisper-tiny-en")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
@@ -166,10 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         cells.append(str(r["same_text"]))
         lines.append("| " + " | ".join(cells) + " |")
     print("\n".join(lines))
-    out = args.out or reports_dir() / f"bench-{profile.name}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"bench: {out}")
+    write_result(result, profile.name, args.out)
     return 0
 
 

@@ -1,11 +1,11 @@
-"""`python -m harness.tools.calibrate --model NAME [--write]`: calibrate the L2 fast-path gate: a token
+"""`python -m harness calibrate --model NAME [--write]`: calibrate the L2 fast-path gate: a token
 budget from the oracle measured against itself under benign changes, and a per-step logit-error
 bound from the fast path measured against the oracle's golden; `--write` records both.
 
 Budget. The oracle (mlx-whisper, in its venv: oracles/mlx-whisper/calibrate.py) transcribes
 each clip as the goldens do and again under each benign change (compiled kernels off, a batch
 of two, float16 compute). Per clip and change this counts the differing transcript tokens and
-explains the first divergence of every decode call with `harness.checks.compare.is_near_tie`. The
+explains the first divergence of every decode call with `harness.checks.tokens.is_near_tie`. The
 budget is the largest count over clips and changes whose every divergence is a near-tie; a
 divergence that is not one means the change was not benign, and calibration fails rather than
 widen a budget.
@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
-import difflib
 import json
 import re
 import subprocess
@@ -39,26 +38,18 @@ from typing import Any
 import numpy as np
 
 from harness.artifacts.files import sha256_file
-from harness.checks.compare import is_near_tie, margin_shift
+from harness.checks.token_budget import token_differences
+from harness.checks.tokens import is_near_tie, margin_shift
 from harness.errors import HarnessError, OracleError
 from harness.fileio import atomic_write_bytes
 from harness.goldens.calibration import CalibrationRecord, golden_identity, write_record
 from harness.paths import REPO_ROOT, cache_root, oracles_dir
-from harness.profile import Profile, find_profile, load_profile
+from harness.profile import Profile
+from harness.profile.load import find_profile, load_profile
 from harness.provenance import device_facts
 from harness.runners.venvs import check_same_mlx, ensure_oracle_env
 
 DEFAULT_VARIANTS = ("no-compile", "batch2")
-
-
-def differing_tokens(a: list[int], b: list[int]) -> int:
-    """Tokens that differ between two sequences once aligned: per replaced, inserted or deleted
-    run, the longer side's length (a one-token flip counts 1; "dog" -> "dog." counts 1)."""
-    count = 0
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
-        if tag != "equal":
-            count += max(i2 - i1, j2 - j1)
-    return count
 
 
 def first_divergences(
@@ -121,7 +112,7 @@ def summarize(result: dict[str, Any], out_dir: Path, variants: list[str]) -> dic
             var_rows = np.load(out_dir / f"{clip}.{variant}.npy")
             table.setdefault(variant, {})[clip] = {
                 "max_logit_diff": max_logit_diff(ref["decode_calls"], ref_rows, var["decode_calls"], var_rows),
-                "differing_tokens": differing_tokens(_transcript_tokens(ref), _transcript_tokens(var)),
+                "differing_tokens": token_differences(_transcript_tokens(ref), _transcript_tokens(var))[0],
                 "divergences": first_divergences(ref["decode_calls"], ref_rows, var["decode_calls"], var_rows),
                 "same_text": ref["transcript"]["text"] == var["transcript"]["text"],
             }
@@ -252,7 +243,7 @@ def write_budget(profile: Profile, budget: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.tools.calibrate", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m harness calibrate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True)
     parser.add_argument("--clips", help="comma-separated scenario ids whose audio to use (default: every clip once)")
     parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help="of no-compile, batch2, fp16")
@@ -315,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in summary["unexplained"]:
             print(f"  {line}", file=sys.stderr)
         return 1
-    command = "python -m harness.tools.calibrate " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m harness calibrate " + " ".join(argv if argv is not None else sys.argv[1:])
     command = command.replace(" --write", "")
     budget_origin = origin_text(summary, command, [c for c, _ in clips])
     print(f"derived budget: {summary['budget']} differing tokens per clip\norigin: {budget_origin}")
@@ -330,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: the fast path fails its gate at the derived budget: nothing calibrated", file=sys.stderr)
         return 1
     if args.write:
-        from harness.session import harness_commit
+        from harness.goldens.lifecycle import harness_commit
 
         origin = {
             "command": command + " --write",

@@ -9,7 +9,7 @@ killed / scored; anything below 100 % exits 1 and names the survivors. A mutant 
 is bit-identical to the unmutated implementation's is *equivalent* (no gate can see a fault
 that changes nothing): it is reported as such and not scored.
 
-    .venv/bin/python -m harness.tools.mutants [--only NAME ...]
+    .venv/bin/python -m harness mutants [--only NAME ...]
 """
 
 from __future__ import annotations
@@ -18,260 +18,37 @@ import argparse
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
-import mlx.core as mx
-import numpy as np
-
-
-def _one_ulp_up(array: mx.array) -> mx.array:
-    values = np.array(array)
-    values.flat[0] = np.nextafter(values.flat[0], np.float32(np.inf))
-    return mx.array(values)
-
-
-@dataclass
-class Mutant:
-    name: str
-    fault: str  # what the bug is, in words
-    model: str
-    scenario: str
-    hook: Callable[[Any], None] | None = None  # applied to the loaded in-tree model
-    patch: Callable[[], contextlib.AbstractContextManager[None]] | None = None  # code-level fault
-    spec_edits: dict[str, Any] = field(default_factory=dict)  # scenario-level fault (options)
-
-
-@contextlib.contextmanager
-def _setattr(target: Any, name: str, value: Any) -> Iterator[None]:
-    old = getattr(target, name)
-    setattr(target, name, value)
-    try:
-        yield
-    finally:
-        setattr(target, name, old)
-
-
-def _all_norm_eps(model: Any) -> None:
-    for layer in model.model.layers:
-        layer.input_layernorm.eps = layer.post_attention_layernorm.eps = 1e-6
-    model.model.norm.eps = 1e-6
-
-
-def _rope_base(model: Any) -> None:
-    import mlx.nn as nn
-
-    for layer in model.model.layers:
-        rope = layer.self_attn.rope
-        layer.self_attn.rope = nn.RoPE(
-            rope.dims, traditional=rope.traditional, base=rope.base * 1.0001, scale=rope.scale
-        )
-
-
-def _attention_scale(model: Any) -> None:
-    for layer in model.model.layers:
-        layer.self_attn.scale = np.float32(layer.self_attn.scale) * np.float32(1.0001)
-
-
-def _swap_gate_up(model: Any) -> None:
-    mlp = model.model.layers[3].mlp
-    mlp.gate_proj, mlp.up_proj = mlp.up_proj, mlp.gate_proj
-
-
-def _skip_final_norm(model: Any) -> None:
-    model.model.norm.weight = model.model.norm.weight * 0 + 1  # a norm without its learned scale
-
-
-def _ulp_layer_norm(model: Any) -> None:
-    norm = model.model.layers[17].post_attention_layernorm
-    norm.weight = _one_ulp_up(norm.weight)
-
-
-def _drop_eos(runner_cls: Any) -> contextlib.AbstractContextManager[None]:
-    from models.universal.tokenizer import ChatTokenizer
-
-    original = ChatTokenizer.eos_token_ids
-
-    def fewer(self: Any) -> frozenset[int]:
-        return frozenset(sorted(original.fget(self))[:-1])
-
-    return _setattr(ChatTokenizer, "eos_token_ids", property(fewer))
-
-
-def _template_space() -> contextlib.AbstractContextManager[None]:
-    from models.universal.tokenizer import ChatTokenizer
-
-    original = ChatTokenizer.render_chat_like_mlx_lm
-
-    def render(self: Any, *args: Any, **kwargs: Any) -> str:
-        return original(self, *args, **kwargs).replace("assistant\n", "assistant \n")
-
-    return _setattr(ChatTokenizer, "render_chat_like_mlx_lm", render)
-
-
-def _fresh_cache_each_turn() -> contextlib.AbstractContextManager[None]:
-    import models.universal as universal
-
-    def turns(model: Any, turn_prompts: list[list[int]], n_tokens: int, *, forced_tokens=None, **options: Any):
-        forced = forced_tokens or [None] * len(turn_prompts)
-        return [
-            list(universal.greedy_steps(model, ids, n_tokens, forced_tokens=f, **options))
-            for ids, f in zip(turn_prompts, forced, strict=True)
-        ]
-
-    return _setattr(universal, "chat_turn_steps", turns)
-
-
-def _mel_nudge() -> contextlib.AbstractContextManager[None]:
-    import models.whisper.transcribe as transcribe
-
-    original = transcribe.log_mel_spectrogram
-
-    def nudged(*args: Any, **kwargs: Any) -> mx.array:
-        mel = original(*args, **kwargs)
-        return mel + mx.zeros(mel.shape).at[5, 3].add(1e-3)
-
-    return _setattr(transcribe, "log_mel_spectrogram", nudged)
-
-
-def _no_timestamp_rules() -> contextlib.AbstractContextManager[None]:
-    import models.whisper.decoding as decoding
-
-    return _setattr(decoding.ApplyTimestampRules, "apply", lambda self, logits, tokens: logits)
-
-
-def _whisper_encoder_ulp(model: Any) -> None:
-    model.encoder.ln_post.weight = _one_ulp_up(model.encoder.ln_post.weight)
-
-
-def _whisper_decoder_ulp(model: Any) -> None:
-    model.decoder.ln.weight = _one_ulp_up(model.decoder.ln.weight)
-
-
-def _compiled_rope_offset() -> contextlib.AbstractContextManager[None]:
-    """A fault in the compiled decode trace only: RoPE one position ahead (the eager loop is right)."""
-    import models.universal.compiled as compiled
-
-    rope = compiled.apply_rope
-    stack = contextlib.ExitStack()
-    stack.enter_context(_setattr(compiled, "_decoders", {}))  # traced afresh, dropped afterwards
-    stack.enter_context(_setattr(compiled, "apply_rope", lambda layer, q, k, offset: rope(layer, q, k, offset + 1)))
-    return stack
-
-
-def _no_logprob_fallback() -> contextlib.AbstractContextManager[None]:
-    import models.whisper.transcribe as transcribe
-
-    original = transcribe.needs_fallback
-    return _setattr(
-        transcribe, "needs_fallback", lambda result, ratio, logprob, no_speech: original(result, ratio, None, no_speech)
-    )
-
-
-def _ranker_without_length_norm() -> contextlib.AbstractContextManager[None]:
-    import models.whisper.decoding as decoding
-
-    def rank(self: Any, tokens: list, sum_logprobs: list) -> list[int]:
-        return [int(np.argmax(group)) for group in sum_logprobs]
-
-    return _setattr(decoding.MaximumLikelihoodRanker, "rank", rank)
-
-
-def _patience_ignored() -> contextlib.AbstractContextManager[None]:
-    import models.whisper.decoding as decoding
-
-    original = decoding.BeamSearchDecoder.__init__
-
-    def init(self: Any, beam_size: int, eot: int, inference: Any, patience: float | None = None) -> None:
-        original(self, beam_size, eot, inference, patience)
-        self.max_candidates = beam_size  # as if patience were 1
-
-    return _setattr(decoding.BeamSearchDecoder, "__init__", init)
-
-
-def _one_candidate_short() -> contextlib.AbstractContextManager[None]:
-    import models.whisper.decoding as decoding
-
-    original = decoding.BeamSearchDecoder.top_candidates
-
-    def top(self: Any, logits: mx.array, sum_logprobs: mx.array) -> tuple[list, list]:
-        ids, scores = original(self, logits, sum_logprobs)
-        return [row[:-1] for row in ids], [row[:-1] for row in scores]  # beam_size, not beam_size + 1
-
-    return _setattr(decoding.BeamSearchDecoder, "top_candidates", top)
-
-
-def _segment_end_one_step_late() -> contextlib.AbstractContextManager[None]:
-    import models.whisper.transcribe as transcribe
-
-    original = transcribe.split_segments
-
-    def split(*args: Any, **kwargs: Any) -> Any:
-        window = original(*args, **kwargs)
-        for segment in window.segments:
-            segment["end"] = round(segment["end"] + 0.02, 2)  # one timestamp step
-        return window
-
-    return _setattr(transcribe, "split_segments", split)
-
-
-def _subtitle_line_one_wider() -> contextlib.AbstractContextManager[None]:
-    import models.whisper.writers as writers
-
-    original = writers._pack_subtitles
-
-    def one_wider(segments: Any, *, max_line_width: int, **kwargs: Any) -> Any:
-        return original(segments, max_line_width=max_line_width + 1, **kwargs)
-
-    return _setattr(writers, "_pack_subtitles", one_wider)
-
-
-def _fast_logits_scaled() -> contextlib.AbstractContextManager[None]:
-    from models.whisper.fast import FastWhisper
-
-    original = FastWhisper._logits
-    return _setattr(FastWhisper, "_logits", lambda self, x: original(self, x) * 1.01)
-
-
-def _fast_attention_scale_ulp() -> contextlib.AbstractContextManager[None]:
-    from models.whisper.fast import FastWhisper
-
-    original = FastWhisper.__init__
-
-    def init(self: Any, model: Any) -> None:
-        original(self, model)
-        for name in ("audio_attention_scale", "text_attention_scale"):
-            setattr(self, name, float(np.nextafter(np.float32(getattr(self, name)), np.float32(np.inf))))
-
-    return _setattr(FastWhisper, "__init__", init)
-
+from harness.checks.registry import get as registry_check
+from harness.tools import mutant_faults as fault
+from harness.tools.mutant_faults import Mutant
 
 MUTANTS = [
-    Mutant("norm-eps", "every RMSNorm eps 1e-6 instead of 1e-5", "smollm2-135m", "chat", hook=_all_norm_eps),
-    Mutant("rope-base", "rope base off by 1e-4 relative", "smollm2-135m", "chat", hook=_rope_base),
+    Mutant("norm-eps", "every RMSNorm eps 1e-6 instead of 1e-5", "smollm2-135m", "chat", hook=fault.all_norm_eps),
+    Mutant("rope-base", "rope base off by 1e-4 relative", "smollm2-135m", "chat", hook=fault.rope_base),
     Mutant(
         "attention-scale",
         "attention scale off by 1e-4 relative",
         "smollm2-135m",
         "chat",
-        hook=_attention_scale,
+        hook=fault.attention_scale,
     ),
     Mutant(
         "gate-up-swap",
         "MLP gate and up projections swapped in one layer",
         "smollm2-135m",
         "chat",
-        hook=_swap_gate_up,
+        hook=fault.swap_gate_up,
     ),
     Mutant(
         "final-norm-scale",
         "final norm without its learned scale",
         "smollm2-135m",
         "chat",
-        hook=_skip_final_norm,
+        hook=fault.skip_final_norm,
     ),
-    Mutant("one-ulp", "one ULP in one norm weight of layer 17", "smollm2-135m", "chat", hook=_ulp_layer_norm),
+    Mutant("one-ulp", "one ULP in one norm weight of layer 17", "smollm2-135m", "chat", hook=fault.ulp_layer_norm),
     Mutant(
         "prefill-chunks",
         "prompt prefilled in one chunk where the profile says 16",
@@ -284,14 +61,14 @@ MUTANTS = [
         "one of MiniCPM5's two EOS ids forgotten",
         "minicpm5-2b-mini",
         "eos-im-end",
-        patch=lambda: _drop_eos(None),
+        patch=lambda: fault.drop_eos(None),
     ),
     Mutant(
         "template-space",
         "a space after the assistant header",
         "minicpm5-2b-mini",
         "think-off",
-        patch=_template_space,
+        patch=fault.template_space,
     ),
     Mutant(
         "kv-group-size",
@@ -319,7 +96,7 @@ MUTANTS = [
         "a fresh cache for every chat turn",
         "minicpm5-2b-mini",
         "cache-reuse",
-        patch=_fresh_cache_each_turn,
+        patch=fault.fresh_cache_each_turn,
     ),
     Mutant(
         "l2-layer-bits",
@@ -350,121 +127,100 @@ MUTANTS = [
         "one log-mel value nudged by 1e-3",
         "whisper-large-v3-turbo-mini",
         "fox-detect-language",
-        patch=_mel_nudge,
+        patch=fault.mel_nudge,
     ),
     Mutant(
         "encoder-ulp",
         "one ULP in the encoder's final norm",
         "whisper-large-v3-turbo-mini",
         "fox-detect-language",
-        hook=_whisper_encoder_ulp,
+        hook=fault.whisper_encoder_ulp,
     ),
     Mutant(
         "decoder-ulp",
         "one ULP in the decoder's final norm",
         "whisper-large-v3-turbo-mini",
         "fox-detect-language",
-        hook=_whisper_decoder_ulp,
+        hook=fault.whisper_decoder_ulp,
     ),
     Mutant(
         "timestamp-rules",
         "the timestamp grammar filter dropped",
         "whisper-large-v3-turbo-mini",
         "fox-detect-language",
-        patch=_no_timestamp_rules,
+        patch=fault.no_timestamp_rules,
     ),
     Mutant(
         "compiled-rope",
         "RoPE one position ahead in the compiled decode trace only",
         "minicpm5-2b-mini",
         "think-default",
-        patch=_compiled_rope_offset,
+        patch=fault.compiled_rope_offset,
     ),
     Mutant(
         "fallback-logprob",
         "the log-probability fallback rule dropped",
         "whisper-large-v3-turbo-mini",
         "fox-english-ladder",
-        patch=_no_logprob_fallback,
+        patch=fault.no_logprob_fallback,
     ),
     Mutant(
         "beam-ranker",
         "beam candidates ranked without length normalization",
         "whisper-tiny-en",
         "message-beam5-patience",
-        patch=_ranker_without_length_norm,
+        patch=fault.ranker_without_length_norm,
     ),
     Mutant(
         "beam-patience",
         "beam search waits for beam_size finished sequences, not beam_size x patience",
         "whisper-tiny-en",
         "message-beam5-patience",
-        patch=_patience_ignored,
+        patch=fault.patience_ignored,
     ),
     Mutant(
         "beam-candidates",
         "beam search expands beam_size candidates per beam instead of beam_size + 1",
         "whisper-tiny-en",
         "message-beam5-patience",
-        patch=_one_candidate_short,
+        patch=fault.one_candidate_short,
     ),
     Mutant(
         "segment-end",
         "every segment ends one timestamp step (20 ms) late",
         "whisper-tiny-en",
         "fox-beam5",
-        patch=_segment_end_one_step_late,
+        patch=fault.segment_end_one_step_late,
     ),
     Mutant(
         "subtitle-width",
         "subtitle lines packed one character wider",
         "whisper-tiny-en",
         "fox-words",
-        patch=_subtitle_line_one_wider,
+        patch=fault.subtitle_line_one_wider,
     ),
     Mutant(
         "fast-logits",
         "the fast path's logits scaled by 1.01 (every argmax kept)",
         "whisper-tiny-en",
         "fox-fast",
-        patch=_fast_logits_scaled,
+        patch=fault.fast_logits_scaled,
     ),
     Mutant(
         "fast-attention-ulp",
         "the fast path's attention scales one float32 ULP high",
         "whisper-tiny-en",
         "fox-fast",
-        patch=_fast_attention_scale_ulp,
+        patch=fault.fast_attention_scale_ulp,
     ),
 ]
-
-# Checks shown failing by a test of the gate (`make test`) as well as, or instead of, a mutant:
-# test ids, each a test that makes the check fail on a perturbed implementation or record.
-GATE_TESTS: dict[str, tuple[str, ...]] = {
-    "compiled_decode": (
-        "tests/test_compiled_decode.py::test_compiled_decode_check_fails_through_the_session_on_a_perturbed_trace",
-    ),
-    "writers": ("tests/test_whisper_writers.py::test_a_line_width_off_by_one_fails_naming_a_subtitle_format",),
-    "token_budget": (
-        "tests/test_whisper_fast.py::test_the_gate_fails_a_fast_path_whose_logits_are_scaled_by_1_01",
-        "tests/test_whisper_fast.py::test_the_gate_fails_an_attention_scale_one_ulp_off",
-        "tests/test_whisper_fast.py::test_the_gate_fails_a_budget_edited_away_from_its_record",
-    ),
-    "eos_stop": ("tests/test_gate_fails.py::test_a_run_that_does_not_stop_at_eos_fails_eos_stop",),
-    "decode_tokens": (
-        "tests/test_token_level_checks.py::test_token_level_checks_ignore_foreign_floats_and_catch_token_and_text_changes",
-    ),
-    "transcript_text": (
-        "tests/test_token_level_checks.py::test_token_level_checks_ignore_foreign_floats_and_catch_token_and_text_changes",
-    ),
-}
 
 
 def registry() -> list[str]:
     """Every check a profile can name, in the session's registry order."""
-    from harness.session import CHECKS, SESSION_CHECKS
+    from harness.checks.registry import CHECKS
 
-    return [*CHECKS, *SESSION_CHECKS]
+    return list(CHECKS)
 
 
 def judge(mutant: Mutant) -> dict[str, Any]:
@@ -472,7 +228,8 @@ def judge(mutant: Mutant) -> dict[str, Any]:
     goldens decided by their digests, full vectors fetched only to explain a difference), on
     every check the scenario declares: per check "passed", "failed" or "error"."""
     from harness.errors import HarnessError
-    from harness.session import ParitySession, runnable_spec
+    from harness.goldens.lifecycle import runnable_spec
+    from harness.session import ParitySession
 
     session = ParitySession(model_hook=mutant.hook)
     profile = session.profile(mutant.model)
@@ -518,7 +275,7 @@ def matrix(judged: dict[str, dict[str, Any]]) -> tuple[list[str], list[str]]:
 
     A cell: K the check failed on that mutant, E it errored, . it passed, blank not declared by
     the mutant's scenario. A check is killed by a mutant whose run it failed, or by a gate test
-    (GATE_TESTS) that shows it failing."""
+    (the registry's failing_tests) that shows it failing."""
     names = list(judged)
     lines = [
         "| check | " + " | ".join(names) + " | gate tests |",
@@ -528,7 +285,7 @@ def matrix(judged: dict[str, dict[str, Any]]) -> tuple[list[str], list[str]]:
     lacking = []
     for check in registry():
         cells = [symbol.get(judged[n]["outcomes"].get(check, ""), "") for n in names]
-        tests = GATE_TESTS.get(check, ())
+        tests = registry_check(check).failing_tests
         if "K" not in cells and not tests:
             lacking.append(check)
         shown = ", ".join(t.rsplit("::", 1)[-1] for t in tests) or "-"
@@ -537,7 +294,7 @@ def matrix(judged: dict[str, dict[str, Any]]) -> tuple[list[str], list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.tools.mutants", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness mutants", description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", help="mutant names (the matrix then covers only them)")
     args = parser.parse_args(argv)
     os.environ.setdefault("MLX_PARITY_LOCALIZE", "0")

@@ -28,14 +28,9 @@ from typing import Any
 
 import mlx.core as mx
 import numpy as np
-from tokenizers import (
-    AddedToken,
-    Tokenizer,
-    decoders,
-    models,
-    pre_tokenizers,
-    processors,
-)
+
+from harness.artifacts.convert.gguf_meta import meta_value, optional, require
+from harness.artifacts.convert.gguf_tokenizer import TokenizerFacts, build_tokenizer
 
 # Bump whenever the files this module writes change, so cached conversions go stale.
 CONVERTER_VERSION = "1"
@@ -64,11 +59,6 @@ _BLOCK_RE = re.compile(r"blk\.(0|[1-9][0-9]*)\.([a-z_]+)")
 # Bit widths MLX's affine quantization supports.
 _MLX_BITS = frozenset({2, 3, 4, 5, 6, 8})
 
-# llama.cpp token types (gguf.TokenType).
-_TOKEN_NORMAL = 1
-_TOKEN_CONTROL = 3
-_TOKEN_USER_DEFINED = 4
-
 
 @dataclass(frozen=True)
 class LlamaHyperparams:
@@ -85,36 +75,7 @@ class LlamaHyperparams:
     context_length: int
 
 
-@dataclass(frozen=True)
-class TokenizerFacts:
-    """What the HF side files need besides tokenizer.json itself."""
-
-    tokens: list[str]
-    special_ids: dict[str, int]  # "bos"/"eos"/"unk"/"pad" -> id, where the GGUF has one
-    added_tokens: list[tuple[int, AddedToken]]
-    add_bos: bool
-    add_eos: bool
-
-
 # --------------------------------------------------------------------------- metadata
-
-
-def _meta_value(meta: dict[str, Any], key: str) -> Any:
-    """A metadata value as plain Python (mx scalars become int/float/bool)."""
-    value = meta[key]
-    if isinstance(value, mx.array):
-        return value.item() if value.ndim == 0 else value.tolist()
-    return value
-
-
-def _require(meta: dict[str, Any], key: str) -> Any:
-    if key not in meta:
-        raise ValueError(f"GGUF metadata lacks required key {key!r}")
-    return _meta_value(meta, key)
-
-
-def _optional(meta: dict[str, Any], key: str, default: Any = None) -> Any:
-    return _meta_value(meta, key) if key in meta else default
 
 
 def exact_float32(value: float) -> float:
@@ -134,39 +95,39 @@ def exact_float32(value: float) -> float:
 
 def read_hyperparams(meta: dict[str, Any]) -> LlamaHyperparams:
     """Read and check the llama hyperparameters; refuse features mlx-lm's llama lacks."""
-    arch = _require(meta, "general.architecture")
+    arch = require(meta, "general.architecture")
     if arch != "llama":
         raise ValueError(f"unsupported GGUF architecture {arch!r} (only 'llama')")
 
-    hidden = int(_require(meta, "llama.embedding_length"))
-    heads = int(_require(meta, "llama.attention.head_count"))
-    kv_heads = int(_optional(meta, "llama.attention.head_count_kv", heads))
-    head_dim = int(_optional(meta, "llama.attention.key_length", hidden // heads))
-    value_dim = int(_optional(meta, "llama.attention.value_length", head_dim))
+    hidden = int(require(meta, "llama.embedding_length"))
+    heads = int(require(meta, "llama.attention.head_count"))
+    kv_heads = int(optional(meta, "llama.attention.head_count_kv", heads))
+    head_dim = int(optional(meta, "llama.attention.key_length", hidden // heads))
+    value_dim = int(optional(meta, "llama.attention.value_length", head_dim))
     if value_dim != head_dim:
         raise ValueError(f"key_length {head_dim} != value_length {value_dim}")
-    rope_dims = int(_optional(meta, "llama.rope.dimension_count", head_dim))
+    rope_dims = int(optional(meta, "llama.rope.dimension_count", head_dim))
     if rope_dims != head_dim:
         raise ValueError(f"partial rotary (rope dims {rope_dims} of {head_dim})")
     if heads % kv_heads:
         raise ValueError(f"head_count {heads} not a multiple of head_count_kv {kv_heads}")
-    scaling = _optional(meta, "llama.rope.scaling.type", "none")
+    scaling = optional(meta, "llama.rope.scaling.type", "none")
     if scaling != "none":
         raise ValueError(f"unsupported rope scaling {scaling!r}")
-    experts = int(_optional(meta, "llama.expert_count", 0))
+    experts = int(optional(meta, "llama.expert_count", 0))
     if experts:
         raise ValueError(f"unsupported mixture of experts ({experts} experts)")
 
     return LlamaHyperparams(
         hidden_size=hidden,
-        num_layers=int(_require(meta, "llama.block_count")),
-        intermediate_size=int(_require(meta, "llama.feed_forward_length")),
+        num_layers=int(require(meta, "llama.block_count")),
+        intermediate_size=int(require(meta, "llama.feed_forward_length")),
         num_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=head_dim,
-        rms_norm_eps=exact_float32(_require(meta, "llama.attention.layer_norm_rms_epsilon")),
-        rope_theta=exact_float32(_optional(meta, "llama.rope.freq_base", 10000.0)),
-        context_length=int(_require(meta, "llama.context_length")),
+        rms_norm_eps=exact_float32(require(meta, "llama.attention.layer_norm_rms_epsilon")),
+        rope_theta=exact_float32(optional(meta, "llama.rope.freq_base", 10000.0)),
+        context_length=int(require(meta, "llama.context_length")),
     )
 
 
@@ -304,123 +265,6 @@ def quantization_config(params: dict[str, dict[str, int]]) -> dict[str, Any] | N
 # --------------------------------------------------------------------------- tokenizer
 
 
-def _smollm_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
-    # HF SmolLM2's own tokenizer.json: each digit alone, then GPT-2's regex + bytes.
-    return pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Digits(individual_digits=True),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-        ]
-    )
-
-
-# `tokenizer.ggml.pre` -> the HF pre-tokenizer it stands for. Add entries only with a
-# check against the model's real tokenizer.json: a near miss changes token ids.
-_PRE_TOKENIZERS = {"smollm": _smollm_pre_tokenizer}
-
-
-def build_tokenizer(meta: dict[str, Any]) -> tuple[Tokenizer, TokenizerFacts]:
-    """A `tokenizers` Tokenizer equivalent to the GGUF's gpt2-style BPE."""
-    model_kind = _require(meta, "tokenizer.ggml.model")
-    if model_kind != "gpt2":
-        raise ValueError(f"unsupported GGUF tokenizer model {model_kind!r} (only 'gpt2')")
-    pre = _optional(meta, "tokenizer.ggml.pre", "default")
-    if pre not in _PRE_TOKENIZERS:
-        raise ValueError(f"unsupported GGUF pre-tokenizer {pre!r}")
-    if _optional(meta, "tokenizer.ggml.add_space_prefix", False):
-        raise ValueError("unsupported tokenizer.ggml.add_space_prefix = true")
-
-    tokens: list[str] = list(_require(meta, "tokenizer.ggml.tokens"))
-    vocab = {tok: i for i, tok in enumerate(tokens)}
-    if len(vocab) != len(tokens):
-        raise ValueError("GGUF vocabulary has duplicate tokens")
-    merges: list[tuple[str, str]] = []
-    for merge in _require(meta, "tokenizer.ggml.merges"):
-        left, sep, right = merge.partition(" ")
-        if not sep or " " in right or not left or not right:
-            raise ValueError(f"malformed GGUF merge {merge!r}")
-        merges.append((left, right))
-    types = list(_optional(meta, "tokenizer.ggml.token_type", [_TOKEN_NORMAL] * len(tokens)))
-    if len(types) != len(tokens):
-        raise ValueError("tokenizer.ggml.token_type and tokens differ in length")
-
-    added: list[tuple[int, AddedToken]] = []
-    for i, (tok, kind) in enumerate(zip(tokens, types, strict=True)):
-        if kind == _TOKEN_NORMAL:
-            continue
-        if kind not in (_TOKEN_CONTROL, _TOKEN_USER_DEFINED):
-            raise ValueError(f"unsupported token type {kind} for token {i} {tok!r}")
-        special = kind == _TOKEN_CONTROL
-        added.append((i, AddedToken(tok, special=special, normalized=False)))
-
-    special_ids: dict[str, int] = {}
-    for role, key in (
-        ("bos", "bos_token_id"),
-        ("eos", "eos_token_id"),
-        ("unk", "unknown_token_id"),
-        ("pad", "padding_token_id"),
-    ):
-        token_id = _optional(meta, f"tokenizer.ggml.{key}")
-        if token_id is not None:
-            if not 0 <= int(token_id) < len(tokens):
-                raise ValueError(f"tokenizer.ggml.{key} {token_id} outside the vocabulary")
-            special_ids[role] = int(token_id)
-    add_bos = bool(_optional(meta, "tokenizer.ggml.add_bos_token", False))
-    add_eos = bool(_optional(meta, "tokenizer.ggml.add_eos_token", False))
-
-    # gpt2 BPE has no unknown token: bytes missing from the vocab are dropped, as in
-    # the HF original (model.unk_token null). unk_token only lives in tokenizer_config.
-    tokenizer = Tokenizer(
-        models.BPE(
-            vocab=vocab,
-            merges=merges,
-            dropout=None,
-            unk_token=None,
-            fuse_unk=False,
-            byte_fallback=False,
-            ignore_merges=False,
-        )
-    )
-    tokenizer.pre_tokenizer = _PRE_TOKENIZERS[pre]()
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.post_processor = _post_processor(tokens, special_ids, add_bos, add_eos)
-    # Tokens are already in the vocabulary, so they keep their ids.
-    tokenizer.add_tokens([tok for _, tok in added if not tok.special])
-    tokenizer.add_special_tokens([tok for _, tok in added if tok.special])
-    for i, tok in added:
-        if tokenizer.token_to_id(tok.content) != i:
-            raise AssertionError(f"added token {tok.content!r} moved from id {i}")
-
-    facts = TokenizerFacts(tokens, special_ids, added, add_bos, add_eos)
-    return tokenizer, facts
-
-
-def _post_processor(
-    tokens: list[str], special_ids: dict[str, int], add_bos: bool, add_eos: bool
-) -> processors.PostProcessor:
-    """ByteLevel offsets as in HF's gpt2-style files, plus BOS/EOS when the GGUF asks."""
-    byte_level = processors.ByteLevel(trim_offsets=False)
-    if not (add_bos or add_eos):
-        return byte_level
-    ends: dict[str, tuple[str, int] | None] = {}
-    for role, wanted in (("bos", add_bos), ("eos", add_eos)):
-        if wanted and role not in special_ids:
-            raise ValueError(f"GGUF asks to add {role} but has no {role} id")
-        ends[role] = (tokens[special_ids[role]], special_ids[role]) if wanted else None
-
-    def segment(seq: str, type_id: int) -> list[str]:
-        head = [f"{ends['bos'][0]}:{type_id}"] if ends["bos"] else []
-        tail = [f"{ends['eos'][0]}:{type_id}"] if ends["eos"] else []
-        return [*head, f"${seq}:{type_id}", *tail]
-
-    template = processors.TemplateProcessing(
-        single=segment("A", 0),
-        pair=segment("A", 0) + segment("B", 1),
-        special_tokens=sorted({end for end in ends.values() if end is not None}),
-    )
-    return processors.Sequence([byte_level, template])
-
-
 # --------------------------------------------------------------------------- HF files
 
 
@@ -453,7 +297,7 @@ def _tokenizer_config(meta: dict[str, Any], facts: TokenizerFacts, hp: LlamaHype
     for role, token_id in facts.special_ids.items():
         config[f"{role}_token"] = facts.tokens[token_id]
     if "tokenizer.chat_template" in meta:
-        config["chat_template"] = _meta_value(meta, "tokenizer.chat_template")
+        config["chat_template"] = meta_value(meta, "tokenizer.chat_template")
     config |= {
         "clean_up_tokenization_spaces": False,
         "model_max_length": hp.context_length,
@@ -530,7 +374,7 @@ def convert_gguf_llama(gguf_path: Path, out_dir: Path) -> None:
     tokenizer, facts = build_tokenizer(meta)
     if len(facts.tokens) != vocab_size:
         raise ValueError(f"{len(facts.tokens)} tokens but {vocab_size} embedding rows")
-    meta_vocab = _optional(meta, "llama.vocab_size", vocab_size)
+    meta_vocab = optional(meta, "llama.vocab_size", vocab_size)
     if int(meta_vocab) != vocab_size:
         raise ValueError(f"llama.vocab_size {meta_vocab} != {vocab_size} embedding rows")
 

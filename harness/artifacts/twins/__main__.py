@@ -1,4 +1,4 @@
-"""`python -m harness.artifacts.twins [list | build TWIN_ID OUT_DIR]`: a thin face over build_twin."""
+"""`python -m harness twins [list | build TWIN_ID OUT_DIR]`: a thin face over build_twin."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from harness.artifacts.twins import TWINS, build_twin
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.artifacts.twins", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m harness twins", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("list", help="the registered twins")
     build = commands.add_parser("build", help="build one twin into an absent or empty directory")

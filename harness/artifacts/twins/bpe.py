@@ -20,7 +20,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers, processors, trainers
+
+from harness.artifacts.convert.gguf_tokenizer import byte_level_bpe
 
 PLACEHOLDER = "<|reserved_{}|>"
 
@@ -87,19 +89,8 @@ def build_tokenizer(
     if len(vocab) != vocab_size:
         raise ValueError("the vocabulary layout has duplicate tokens (a placeholder clashes with a real one)")
 
-    tokenizer = Tokenizer(
-        models.BPE(
-            vocab=dict(sorted(vocab.items(), key=lambda kv: kv[1])),
-            merges=merges,
-            dropout=None,
-            unk_token=None,
-            fuse_unk=False,
-            byte_fallback=False,
-            ignore_merges=False,
-        )
-    )
+    tokenizer = byte_level_bpe(dict(sorted(vocab.items(), key=lambda kv: kv[1])), merges)
     tokenizer.pre_tokenizer = _byte_level_pre_tokenizer()
-    tokenizer.decoder = decoders.ByteLevel()
     # No BOS from the post-processor: the chat template writes bos_token itself.
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
     tokenizer.add_special_tokens(

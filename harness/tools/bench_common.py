@@ -1,0 +1,96 @@
+"""What the benchmarks share: the prompt, the oracle's timed job, the machine facts, the table
+footer and the JSON result under reports/."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from harness.paths import cache_root, oracles_dir, reports_dir
+from harness.profile import Profile
+from harness.provenance import device_facts
+
+
+def bench_prompt(profile: Profile, runner: Any) -> tuple[str, list[int]]:
+    """The longest scenario prompt (as parity encodes it): a prompt the gate already runs."""
+    active = profile.active_scenarios(device_facts().backend)
+    single = [s for s in active if s.kind in ("plain", "chat") and not s.turns and s.composition is None]
+    encoded = {s.id: runner.encode(profile.scenario_spec(s))[1] for s in single}
+    longest = max(encoded, key=lambda sid: len(encoded[sid]))
+    return longest, encoded[longest]
+
+
+def write_job(directory: Path, prompt_ids: list[int], steps: int, repeats: int) -> Path:
+    """The child processes' orders: the very prompt ids timed here, so every side runs the same tokens."""
+    path = directory / "ids.json"
+    path.write_text(json.dumps({"prompt_ids": prompt_ids, "steps": steps, "repeats": repeats}))
+    return path
+
+
+def oracle_runs(profile: Profile, model_dir: Path, job: Path) -> dict[str, Any]:
+    """The oracle's own decode loop, timed in its venv (`python -I`: the repository is not importable there)."""
+    from harness.runners.venvs import ensure_oracle_env
+
+    env = ensure_oracle_env(profile.oracle)
+    script = oracles_dir() / profile.oracle / "bench.py"
+    cmd, child_env = env.command(str(script), "--model-dir", str(model_dir), "--ids", str(job))
+    child_env["HF_HUB_OFFLINE"] = "1"
+    return json.loads(run_command(cmd, env=child_env, cwd=job.parent).stdout.strip().splitlines()[-1])
+
+
+def machine(load_before: list[float]) -> dict[str, Any]:
+    """Facts the figures depend on; the load averages say whether other work shared the CPU."""
+    facts = device_facts()
+    return {
+        "device": facts.as_dict(),
+        "cpu_count": os.cpu_count(),
+        "nproc": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "python": platform.python_version(),
+        "mlx": facts.mlx,
+        "blas": facts.blas,
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "loadavg_1m_before_after": [load_before[0], loadavg()[0]],
+    }
+
+
+def loadavg() -> list[float]:
+    return list(os.getloadavg()) if hasattr(os, "getloadavg") else [float("nan")] * 3
+
+
+def scratch_dir() -> Path:
+    path = cache_root() / "tmp"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def machine_line(m: dict[str, Any]) -> str:
+    """The footer of every benchmark table: machine, date and the load around the run."""
+    d = m["device"]
+    line = f"Machine: {d['key']} ({d['processor']}, nproc {m['nproc']}), python {m['python']}, {m['date']}"
+    if "loadavg_1m_before_after" in m:
+        before, after = m["loadavg_1m_before_after"]
+        line += f", 1-min load before/after {before:.2f}/{after:.2f}"
+    return line
+
+
+def write_result(result: dict[str, Any], name: str, out: Path | None) -> Path:
+    """The run's JSON, at `out` or reports/bench-<name>-<UTC stamp>.json (gate-<...> as named); its path is printed."""
+    name = name if name.startswith("gate-") else f"bench-{name}"
+    out = out or reports_dir() / f"{name}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"bench: {out}")
+    return out
+
+
+def run_command(cmd: list[str], env: dict[str, str], cwd: Path | str) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, check=False)
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-20:])
+        raise SystemExit(f"bench: {' '.join(cmd[:4])} ... failed (exit {result.returncode}):\n{tail}")
+    return result

@@ -1,0 +1,234 @@
+"""The known faults of `make mutants`: each one plausible bug in an in-tree implementation (a
+config slip, one ULP in one weight, a dropped decoding rule...), applied in process by a model
+hook, a monkeypatch or an edited scenario spec (harness/tools/mutants.py lists and runs them)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+
+def _one_ulp_up(array: mx.array) -> mx.array:
+    values = np.array(array)
+    values.flat[0] = np.nextafter(values.flat[0], np.float32(np.inf))
+    return mx.array(values)
+
+
+@dataclass
+class Mutant:
+    name: str
+    fault: str  # what the bug is, in words
+    model: str
+    scenario: str
+    hook: Callable[[Any], None] | None = None  # applied to the loaded in-tree model
+    patch: Callable[[], contextlib.AbstractContextManager[None]] | None = None  # code-level fault
+    spec_edits: dict[str, Any] = field(default_factory=dict)  # scenario-level fault (options)
+
+
+@contextlib.contextmanager
+def _setattr(target: Any, name: str, value: Any) -> Iterator[None]:
+    old = getattr(target, name)
+    setattr(target, name, value)
+    try:
+        yield
+    finally:
+        setattr(target, name, old)
+
+
+def all_norm_eps(model: Any) -> None:
+    for layer in model.model.layers:
+        layer.input_layernorm.eps = layer.post_attention_layernorm.eps = 1e-6
+    model.model.norm.eps = 1e-6
+
+
+def rope_base(model: Any) -> None:
+    import mlx.nn as nn
+
+    for layer in model.model.layers:
+        rope = layer.self_attn.rope
+        layer.self_attn.rope = nn.RoPE(
+            rope.dims, traditional=rope.traditional, base=rope.base * 1.0001, scale=rope.scale
+        )
+
+
+def attention_scale(model: Any) -> None:
+    for layer in model.model.layers:
+        layer.self_attn.scale = np.float32(layer.self_attn.scale) * np.float32(1.0001)
+
+
+def swap_gate_up(model: Any) -> None:
+    mlp = model.model.layers[3].mlp
+    mlp.gate_proj, mlp.up_proj = mlp.up_proj, mlp.gate_proj
+
+
+def skip_final_norm(model: Any) -> None:
+    model.model.norm.weight = model.model.norm.weight * 0 + 1  # a norm without its learned scale
+
+
+def ulp_layer_norm(model: Any) -> None:
+    norm = model.model.layers[17].post_attention_layernorm
+    norm.weight = _one_ulp_up(norm.weight)
+
+
+def drop_eos(runner_cls: Any) -> contextlib.AbstractContextManager[None]:
+    from models.universal.tokenizer import ChatTokenizer
+
+    original = ChatTokenizer.eos_token_ids
+
+    def fewer(self: Any) -> frozenset[int]:
+        return frozenset(sorted(original.fget(self))[:-1])
+
+    return _setattr(ChatTokenizer, "eos_token_ids", property(fewer))
+
+
+def template_space() -> contextlib.AbstractContextManager[None]:
+    from models.universal.tokenizer import ChatTokenizer
+
+    original = ChatTokenizer.render_chat_like_mlx_lm
+
+    def render(self: Any, *args: Any, **kwargs: Any) -> str:
+        return original(self, *args, **kwargs).replace("assistant\n", "assistant \n")
+
+    return _setattr(ChatTokenizer, "render_chat_like_mlx_lm", render)
+
+
+def fresh_cache_each_turn() -> contextlib.AbstractContextManager[None]:
+    import models.universal as universal
+
+    def turns(model: Any, turn_prompts: list[list[int]], n_tokens: int, *, forced_tokens=None, **options: Any):
+        forced = forced_tokens or [None] * len(turn_prompts)
+        return [
+            list(universal.greedy_steps(model, ids, n_tokens, forced_tokens=f, **options))
+            for ids, f in zip(turn_prompts, forced, strict=True)
+        ]
+
+    return _setattr(universal, "chat_turn_steps", turns)
+
+
+def mel_nudge() -> contextlib.AbstractContextManager[None]:
+    import models.whisper.transcribe as transcribe
+
+    original = transcribe.log_mel_spectrogram
+
+    def nudged(*args: Any, **kwargs: Any) -> mx.array:
+        mel = original(*args, **kwargs)
+        return mel + mx.zeros(mel.shape).at[5, 3].add(1e-3)
+
+    return _setattr(transcribe, "log_mel_spectrogram", nudged)
+
+
+def no_timestamp_rules() -> contextlib.AbstractContextManager[None]:
+    import models.whisper.decoding as decoding
+
+    return _setattr(decoding.ApplyTimestampRules, "apply", lambda self, logits, tokens: logits)
+
+
+def whisper_encoder_ulp(model: Any) -> None:
+    model.encoder.ln_post.weight = _one_ulp_up(model.encoder.ln_post.weight)
+
+
+def whisper_decoder_ulp(model: Any) -> None:
+    model.decoder.ln.weight = _one_ulp_up(model.decoder.ln.weight)
+
+
+def compiled_rope_offset() -> contextlib.AbstractContextManager[None]:
+    """A fault in the compiled decode trace only: RoPE one position ahead (the eager loop is right)."""
+    import models.universal.compiled as compiled
+
+    rope = compiled.apply_rope
+    stack = contextlib.ExitStack()
+    stack.enter_context(_setattr(compiled, "_decoders", {}))  # traced afresh, dropped afterwards
+    stack.enter_context(_setattr(compiled, "apply_rope", lambda layer, q, k, offset: rope(layer, q, k, offset + 1)))
+    return stack
+
+
+def no_logprob_fallback() -> contextlib.AbstractContextManager[None]:
+    import models.whisper.transcribe as transcribe
+
+    original = transcribe.needs_fallback
+    return _setattr(
+        transcribe, "needs_fallback", lambda result, ratio, logprob, no_speech: original(result, ratio, None, no_speech)
+    )
+
+
+def ranker_without_length_norm() -> contextlib.AbstractContextManager[None]:
+    import models.whisper.decoding as decoding
+
+    def rank(self: Any, tokens: list, sum_logprobs: list) -> list[int]:
+        return [int(np.argmax(group)) for group in sum_logprobs]
+
+    return _setattr(decoding.MaximumLikelihoodRanker, "rank", rank)
+
+
+def patience_ignored() -> contextlib.AbstractContextManager[None]:
+    import models.whisper.decoding as decoding
+
+    original = decoding.BeamSearchDecoder.__init__
+
+    def init(self: Any, beam_size: int, eot: int, inference: Any, patience: float | None = None) -> None:
+        original(self, beam_size, eot, inference, patience)
+        self.max_candidates = beam_size  # as if patience were 1
+
+    return _setattr(decoding.BeamSearchDecoder, "__init__", init)
+
+
+def one_candidate_short() -> contextlib.AbstractContextManager[None]:
+    import models.whisper.decoding as decoding
+
+    original = decoding.BeamSearchDecoder.top_candidates
+
+    def top(self: Any, logits: mx.array, sum_logprobs: mx.array) -> tuple[list, list]:
+        ids, scores = original(self, logits, sum_logprobs)
+        return [row[:-1] for row in ids], [row[:-1] for row in scores]  # beam_size, not beam_size + 1
+
+    return _setattr(decoding.BeamSearchDecoder, "top_candidates", top)
+
+
+def segment_end_one_step_late() -> contextlib.AbstractContextManager[None]:
+    import models.whisper.transcribe as transcribe
+
+    original = transcribe.split_segments
+
+    def split(*args: Any, **kwargs: Any) -> Any:
+        window = original(*args, **kwargs)
+        for segment in window.segments:
+            segment["end"] = round(segment["end"] + 0.02, 2)  # one timestamp step
+        return window
+
+    return _setattr(transcribe, "split_segments", split)
+
+
+def subtitle_line_one_wider() -> contextlib.AbstractContextManager[None]:
+    import models.whisper.writers as writers
+
+    original = writers._pack_subtitles
+
+    def one_wider(segments: Any, *, max_line_width: int, **kwargs: Any) -> Any:
+        return original(segments, max_line_width=max_line_width + 1, **kwargs)
+
+    return _setattr(writers, "_pack_subtitles", one_wider)
+
+
+def fast_logits_scaled() -> contextlib.AbstractContextManager[None]:
+    from models.whisper.fast import FastWhisper
+
+    original = FastWhisper._logits
+    return _setattr(FastWhisper, "_logits", lambda self, x: original(self, x) * 1.01)
+
+
+def fast_attention_scale_ulp() -> contextlib.AbstractContextManager[None]:
+    from models.whisper.fast import FastWhisper
+
+    original = FastWhisper.__init__
+
+    def init(self: Any, model: Any) -> None:
+        original(self, model)
+        for name in ("audio_attention_scale", "text_attention_scale"):
+            setattr(self, name, float(np.nextafter(np.float32(getattr(self, name)), np.float32(np.inf))))
+
+    return _setattr(FastWhisper, "__init__", init)
