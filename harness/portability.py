@@ -1,6 +1,6 @@
 """Do the pins install where the users are? Cross-platform resolution of every pin file.
 
-    python -m harness.portability            # every pin file, every platform: a table, exit 1 on failure
+    python -m harness portability            # every pin file, every platform: a table, exit 1 on failure
 
 Every pinned requirements file (the project's, and each oracle's, both install steps) is
 resolved by uv (pinned in requirements.txt) for each supported platform, with the machine's
@@ -185,7 +185,9 @@ def check(pins: PinFile, platform: Platform, python: str = PYTHON_FLOOR) -> Reso
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m harness portability", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--python", default=PYTHON_FLOOR)
     args = parser.parse_args(argv)
     failed = 0

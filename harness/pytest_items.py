@@ -38,9 +38,13 @@ class _ProfileCollector(pytest.File):
     """A profile file of either kind: collected when its model is requested (or none is);
     a profile error is its own one-line ERROR."""
 
-    def wanted(self) -> bool:
+    def collect(self):
         requested = _requested(self.config)
-        return not requested or self.path.stem in requested
+        if not requested or self.path.stem in requested:
+            yield from self.items()
+
+    def items(self):
+        raise NotImplementedError
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, HarnessError):
@@ -49,9 +53,7 @@ class _ProfileCollector(pytest.File):
 
 
 class ProfileFile(_ProfileCollector):
-    def collect(self):
-        if not self.wanted():
-            return
+    def items(self):
         profile = load_profile(self.path)
         for scenario in profile.scenarios:
             if not profile.runs_on(scenario, device_facts().backend):
@@ -76,18 +78,25 @@ class ParityFailure(Exception):
         self.result = result
 
 
-class ParityItem(pytest.Item):
-    def __init__(self, *, profile: Profile, scenario: Scenario, check: str, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.profile, self.scenario, self.check = profile, scenario, check
+class _VerdictItem(pytest.Item):
+    """One check of one scenario (or fixture): its verdict as a report row, its failure in one line.
+
+    A crash is an ERROR row, never a missing one (pytest shows the traceback)."""
+
+    scenario_id: str
+    check: str
+
+    def _judge(self) -> CheckResult:
+        raise NotImplementedError
+
+    def _row(self) -> dict[str, Any]:
+        raise NotImplementedError  # model, tier, oracle
 
     def _result(self, outcome: str, summary: str, seconds: float, result: CheckResult | None) -> None:
         item = ItemResult(
-            model=self.profile.name,
-            scenario=self.scenario.id,
+            **self._row(),
+            scenario=self.scenario_id,
             check=self.check,
-            tier=self.profile.tier_of(self.scenario),
-            oracle=self.profile.oracle_of(self.scenario),
             outcome=outcome,
             summary=summary,
             seconds=round(seconds, 3),
@@ -101,11 +110,11 @@ class ParityItem(pytest.Item):
     def runtest(self) -> None:
         started = time.perf_counter()
         try:
-            result = _session(self.config).run_check(self.profile, self.scenario, self.check)
+            result = self._judge()
         except HarnessError as e:
             self._result("error", str(e), time.perf_counter() - started, None)
             raise
-        except Exception as e:  # a crash is an ERROR row, never a missing one (pytest shows the traceback)
+        except Exception as e:
             self._result("error", f"{type(e).__name__}: {e}", time.perf_counter() - started, None)
             raise
         self._result("passed" if result.passed else "failed", result.summary, time.perf_counter() - started, result)
@@ -113,22 +122,38 @@ class ParityItem(pytest.Item):
             raise ParityFailure(result)
 
     def repr_failure(self, excinfo, style=None):
+        where = f"{self._row()['model']}/{self.scenario_id} {self.check}"
         if isinstance(excinfo.value, ParityFailure):
-            return f"{self.profile.name}/{self.scenario.id} {self.check} FAILED: {excinfo.value.result.summary}"
+            return f"{where} FAILED: {excinfo.value.result.summary}"
         if isinstance(excinfo.value, HarnessError):
-            return f"{self.profile.name}/{self.scenario.id} {self.check} ERROR: {excinfo.value}"
+            return f"{where} ERROR: {excinfo.value}"
         return super().repr_failure(excinfo)
 
     def reportinfo(self):
-        return self.path, None, f"{self.profile.name}::{self.scenario.id}::{self.check}"
+        return self.path, None, f"{self._row()['model']}::{self.scenario_id}::{self.check}"
+
+
+class ParityItem(_VerdictItem):
+    def __init__(self, *, profile: Profile, scenario: Scenario, check: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.profile, self.scenario, self.check = profile, scenario, check
+        self.scenario_id = scenario.id
+
+    def _row(self) -> dict[str, Any]:
+        return {
+            "model": self.profile.name,
+            "tier": self.profile.tier_of(self.scenario),
+            "oracle": self.profile.oracle_of(self.scenario),
+        }
+
+    def _judge(self) -> CheckResult:
+        return _session(self.config).run_check(self.profile, self.scenario, self.check)
 
 
 class VadProfileFile(_ProfileCollector):
     """A VAD profile: one item per fixture and check (harness/checks/vad.py judges)."""
 
-    def collect(self):
-        if not self.wanted():
-            return
+    def items(self):
         profile = load_vad_profile(self.path)
         for fixture in profile.fixtures:
             for check in vad_checks(profile):
@@ -140,48 +165,16 @@ class VadProfileFile(_ProfileCollector):
                 yield item
 
 
-class VadItem(pytest.Item):
+class VadItem(_VerdictItem):
     def __init__(self, *, profile: VadProfile, fixture: str, check: str, **kwargs: Any):
         super().__init__(**kwargs)
         self.profile, self.fixture, self.check = profile, fixture, check
+        self.scenario_id = fixture
 
-    def _result(self, outcome: str, summary: str, seconds: float) -> None:
-        item = ItemResult(
-            model=self.profile.name,
-            scenario=self.fixture,
-            check=self.check,
-            tier=VAD_TIER,
-            oracle=self.profile.oracle,
-            outcome=outcome,
-            summary=summary,
-            seconds=round(seconds, 3),
-            peak_rss_mb=peak_rss_mb(),
-        )
-        self.user_properties.append(("parity", json.dumps(item.__dict__)))
+    def _row(self) -> dict[str, Any]:
+        return {"model": self.profile.name, "tier": VAD_TIER, "oracle": self.profile.oracle}
 
-    def runtest(self) -> None:
-        started = time.perf_counter()
+    def _judge(self) -> CheckResult:
         runs = self.config.stash.setdefault(_VAD_KEY, {})
-        try:
-            run = runs.setdefault(self.profile.name, VadRun(self.profile, [self.fixture]))
-            found = run.check(self.fixture, self.check)
-        except HarnessError as e:
-            self._result("error", str(e), time.perf_counter() - started)
-            raise
-        except Exception as e:  # a crash is an ERROR row, never a missing one
-            self._result("error", f"{type(e).__name__}: {e}", time.perf_counter() - started)
-            raise
-        self._result("passed" if found.passed else "failed", found.detail, time.perf_counter() - started)
-        if not found.passed:
-            raise ParityFailure(CheckResult(self.check, False, found.detail))
-
-    def repr_failure(self, excinfo, style=None):
-        where = f"{self.profile.name}/{self.fixture} {self.check}"
-        if isinstance(excinfo.value, ParityFailure):
-            return f"{where} FAILED: {excinfo.value.result.summary}"
-        if isinstance(excinfo.value, HarnessError):
-            return f"{where} ERROR: {excinfo.value}"
-        return super().repr_failure(excinfo)
-
-    def reportinfo(self):
-        return self.path, None, f"{self.profile.name}::{self.fixture}::{self.check}"
+        found = runs.setdefault(self.profile.name, VadRun(self.profile, [self.fixture])).check(self.fixture, self.check)
+        return CheckResult(self.check, found.passed, found.detail)

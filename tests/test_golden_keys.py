@@ -121,10 +121,9 @@ def test_every_tracked_golden_is_fresh() -> None:
     machine its key serves: it must be regenerated or removed, not shipped."""
     from harness import COMPACT_GOLDEN_FORMAT, FULL_GOLDEN_FORMAT, HARNESS_VERSION
     from harness.artifacts.files import sha256_file
-    from harness.goldens.lifecycle import SHARED_GENERATORS
     from harness.paths import oracles_dir
     from harness.profile.load import find_profile
-    from harness.runners.venvs import pins_hash, read_pins
+    from harness.runners.venvs import common_sources, pins_hash, read_pins
 
     manifests = _tracked_manifests()
     assert manifests
@@ -156,11 +155,9 @@ def test_every_tracked_golden_is_fresh() -> None:
                 problems.append(f"format {version}")
             if prov["harness_version"] != HARNESS_VERSION:
                 problems.append("harness version")
-            for shared in SHARED_GENERATORS.get(oracle, ()):
-                if prov["oracle"].get(f"{shared}_generator_sha256") != sha256_file(
-                    oracles_dir() / shared / "generate.py"
-                ):
-                    problems.append(f"{shared} generator changed")
+            common = {name: sha256_file(path) for name, path in common_sources(oracle).items()}
+            if prov["oracle"].get("common_sha256", {}) != common:
+                problems.append("oracles/common modules changed")
             profile = find_profile(m["profile"])
             scenario = next((s for s in profile.scenarios if s.id == m["scenario"]), None)
             if scenario is None:
@@ -235,7 +232,7 @@ def test_an_empty_goldens_folder_is_generated_and_judged(tmp_path: Path) -> None
     assert len(torch) == 1 and "-torch2." in torch[0][1] and torch[0][1] != mlx
     # the VAD gate (torch family) in the same folder
     vad = subprocess.run(
-        [sys.executable, "-m", "harness.tools.vad", "--fixtures", "fox.wav"],
+        [sys.executable, "-m", "harness", "vad", "--fixtures", "fox.wav"],
         capture_output=True,
         text=True,
         cwd=REPO_ROOT,
@@ -244,3 +241,25 @@ def test_an_empty_goldens_folder_is_generated_and_judged(tmp_path: Path) -> None
     )
     assert vad.returncode == 0, vad.stdout[-3000:] + vad.stderr[-3000:]
     assert [p.parent.name for p in (goldens / "silero-vad").rglob("fox.json")] == [torch[0][1]]
+
+
+def test_the_common_modules_a_generator_imports_are_part_of_its_goldens_provenance(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """oracles/common modules are found in the generator's source, however it imports them,
+    and only those: editing one stales exactly the goldens of the oracles that load it."""
+    import harness.runners.venvs as venvs
+
+    (tmp_path / "common").mkdir()
+    for name in ("shared_a", "shared_b", "unused"):
+        (tmp_path / "common" / f"{name}.py").write_text("X = 1\n")
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "generate.py").write_text(
+        "import importlib\nimport json\nimport shared_a as a\n\n\ndef main():\n"
+        '    b = importlib.import_module("shared_b")\n'
+    )
+    monkeypatch.setattr(venvs, "oracles_dir", lambda: tmp_path)
+    assert venvs.common_sources("x") == {
+        "shared_a": tmp_path / "common" / "shared_a.py",
+        "shared_b": tmp_path / "common" / "shared_b.py",
+    }

@@ -104,3 +104,18 @@ def test_every_check_applies_somewhere_and_says_how_it_is_judged() -> None:
 def test_no_harness_module_is_over_400_lines() -> None:
     long = {name: n for name, path in _modules().items() if (n := len(path.read_text().splitlines())) > 400}
     assert not long, f"split these by what they do: {long}"
+
+
+def test_every_verb_of_python_m_harness_reaches_its_tool() -> None:
+    import importlib
+    import subprocess
+    import sys
+
+    from harness.__main__ import TOOLS
+
+    for verb, (module, _) in TOOLS.items():
+        assert callable(importlib.import_module(module).main), verb
+    out = subprocess.run(
+        [sys.executable, "-m", "harness", "vad", "--help"], capture_output=True, text=True, cwd=REPO_ROOT, check=False
+    )
+    assert out.returncode == 0 and out.stdout.startswith("usage: python -m harness vad"), out.stdout + out.stderr

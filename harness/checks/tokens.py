@@ -148,27 +148,26 @@ def compare_prompt(check: str, golden: ScenarioRecord, actual: ScenarioRecord) -
 def _prompt_difference(
     check: str, golden_text: str | None, golden_ids: list[int], actual_text: str | None, actual_ids: list[int]
 ) -> CheckResult | None:
-    if golden_text != actual_text:
-        a, b = golden_text or "", actual_text or ""
-        at = _first_difference(a, b)
-        return CheckResult(
-            check,
-            False,
-            f"rendered prompts differ at character {at}: oracle {a[max(0, at - 20) : at + 20]!r} vs "
-            f"in-tree {b[max(0, at - 20) : at + 20]!r} (lengths {len(a)} vs {len(b)})",
-            details={"oracle": a, "intree": b},
-        )
-    if golden_ids != actual_ids:
-        g, t = golden_ids, actual_ids
-        at = _first_difference(g, t)
-        return CheckResult(
-            check,
-            False,
-            f"prompt token ids differ at position {at}: oracle {g[at : at + 5]} vs in-tree {t[at : at + 5]} "
-            f"(lengths {len(g)} vs {len(t)})",
-            details={"oracle": g, "intree": t},
-        )
+    """The rendered text first (20 characters around the difference), then the token ids (5)."""
+    for what, unit, g, t, before, after in (
+        ("rendered prompts", "character", golden_text or "", actual_text or "", 20, 20),
+        ("prompt token ids", "position", golden_ids, actual_ids, 0, 5),
+    ):
+        if g != t:
+            at = _first_difference(g, t)
+            return CheckResult(
+                check,
+                False,
+                f"{what} differ at {unit} {at}: oracle {_around(g, at, before, after)} vs in-tree "
+                f"{_around(t, at, before, after)} (lengths {len(g)} vs {len(t)})",
+                details={"oracle": g, "intree": t},
+            )
     return None
+
+
+def _around(seq: Any, at: int, before: int, after: int) -> str:
+    part = seq[max(0, at - before) : at + after]
+    return repr(part) if isinstance(seq, str) else str(part)
 
 
 def compare_eos(check: str, golden: ScenarioRecord, actual: ScenarioRecord) -> CheckResult:

@@ -26,10 +26,7 @@ from harness.profile import Profile, Scenario
 from harness.progress import progress
 from harness.provenance import device_facts, golden_key
 from harness.records import ScenarioRecord, array_sha256
-from harness.runners.venvs import MLX_FREE_ORACLES, oracle_pins_hash
-
-# Oracles whose generator imports another oracle's generator: both files are its code.
-SHARED_GENERATORS = {"mlx-optiq": ("mlx-lm",)}
+from harness.runners.venvs import MLX_FREE_ORACLES, common_sources, oracle_pins_hash
 
 
 def harness_commit() -> str:
@@ -87,8 +84,9 @@ class GoldenLifecycle:
             "pins_hash": oracle_pins_hash(oracle),
             "generator_sha256": sha256_file(oracles_dir() / oracle / "generate.py"),
         }
-        for shared in SHARED_GENERATORS.get(oracle, ()):
-            oracle_facts[f"{shared}_generator_sha256"] = sha256_file(oracles_dir() / shared / "generate.py")
+        common = {name: sha256_file(path) for name, path in common_sources(oracle).items()}
+        if common:  # oracles/common modules the generator loads
+            oracle_facts["common_sha256"] = common
         return {
             "harness_version": HARNESS_VERSION,
             "tier": profile.tier_of(scenario),

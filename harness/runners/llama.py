@@ -145,38 +145,35 @@ class LlamaRunner:
         """mlx-lm's chat: one cache across turns, each turn's new messages rendered alone."""
         from models.universal import chat_turn_steps
 
-        n = spec["n_tokens"]
         encoded = [
             self.encode({"messages": messages, "template_kwargs": spec.get("template_kwargs", {})})
             for messages in spec["turns"]
         ]
-        forced_turns = [forced.tokens[t * n : (t + 1) * n] for t in range(len(encoded))] if forced else None
         options = {name: spec[name] for name in GENERATION_OPTIONS if spec.get(name) is not None}
-        per_turn = chat_turn_steps(
-            self.model,
-            [ids for _, ids in encoded],
-            n,
-            prefill_step_size=spec["prefill_step_size"],
-            forced_tokens=forced_turns,
-            **options,
-        )
-        return self._segments_record(spec, mode, encoded, per_turn, "turns")
+        return self._run_segments(spec, forced, mode, encoded, chat_turn_steps, "turns", **options)
 
     def _run_batch(self, spec: dict[str, Any], forced: ScenarioRecord | None, mode: str) -> ScenarioRecord:
         """mlx-lm's batch generation: the rows decoded together, recorded row after row."""
         from models.universal.batch import batch_greedy_steps
 
-        n = spec["n_tokens"]
         encoded = [self.encode(row | {"template_kwargs": spec.get("template_kwargs", {})}) for row in spec["batch"]]
-        forced_rows = [forced.tokens[r * n : (r + 1) * n] for r in range(len(encoded))] if forced is not None else None
-        per_row = batch_greedy_steps(
+        return self._run_segments(spec, forced, mode, encoded, batch_greedy_steps, "rows")
+
+    def _run_segments(self, spec, forced, mode, encoded, steps_fn, key: str, **options: Any) -> ScenarioRecord:
+        """Segments (turns, batch rows) of n tokens each, forced where a golden is given."""
+        n = spec["n_tokens"]
+        forced_tokens = (
+            [forced.tokens[i * n : (i + 1) * n] for i in range(len(encoded))] if forced is not None else None
+        )
+        per_segment = steps_fn(
             self.model,
             [ids for _, ids in encoded],
             n,
             prefill_step_size=spec["prefill_step_size"],
-            forced_tokens=forced_rows,
+            forced_tokens=forced_tokens,
+            **options,
         )
-        return self._segments_record(spec, mode, encoded, per_row, "rows")
+        return self._segments_record(spec, mode, encoded, per_segment, key)
 
     def _segments_record(self, spec, mode, encoded, per_segment, key: str) -> ScenarioRecord:
         n = spec["n_tokens"]

@@ -7,6 +7,7 @@ while the pins are unchanged, and a new one is built when they change.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import hashlib
 import importlib.metadata
@@ -112,6 +113,23 @@ def nodeps_pins_path(oracle: str) -> Path:
 
 
 NODEPS_MARKER = "# --no-deps"  # where the second pin file starts in read_pins' text
+
+
+def common_sources(oracle: str) -> dict[str, Path]:
+    """The oracles/common modules an oracle's generate.py loads (by `import name` or
+    `importlib.import_module("name")`; they load none themselves): part of what its goldens
+    depend on, hashed into their provenance beside the generator."""
+    common = {p.stem: p for p in sorted((oracles_dir() / "common").glob("*.py"))}
+    names = set()
+    for node in ast.walk(ast.parse((oracles_dir() / oracle / "generate.py").read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module" and node.args:
+            if isinstance(node.args[0], ast.Constant):
+                names.add(node.args[0].value)
+    return {name: common[name] for name in sorted(names & set(common))}
 
 
 def read_pins(oracle: str) -> str:

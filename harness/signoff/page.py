@@ -214,10 +214,13 @@ def _waivers(doc: SignoffReport) -> str:
         f"<td>{e(w.note)}{_id_list(w.waived)}</td></tr>"
         for w in waivers
     )
-    return (
-        '<section id="waivers"><h2>Waivers</h2><table><thead><tr><th>check</th><th>reason</th><th>owner</th>'
-        f"<th>expires</th><th>state</th><th>use</th></tr></thead><tbody>{rows}</tbody></table></section>"
-    )
+    return _table_section("waivers", "Waivers", ("check", "reason", "owner", "expires", "state", "use"), rows)
+
+
+def _table_section(section: str, title: str, headers: tuple[str, ...], rows: str) -> str:
+    head = "".join(f"<th>{h}</th>" for h in headers)
+    table = f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+    return f'<section id="{section}"><h2>{title}</h2>{table}</section>'
 
 
 def _id_list(ids: list[str]) -> str:
@@ -238,10 +241,7 @@ def _problems(doc: SignoffReport) -> str:
         f"<td class='mono'>{e(c.summary)}</td></tr>"
         for c in bad
     )
-    return (
-        '<section id="problems"><h2>Non-passing checks</h2><table><thead><tr><th>check</th><th>status</th>'
-        f"<th>first bad step</th><th>explanation</th></tr></thead><tbody>{rows}</tbody></table></section>"
-    )
+    return _table_section("problems", "Non-passing checks", ("check", "status", "first bad step", "explanation"), rows)
 
 
 def _plots(plots: list[ScenarioPlot]) -> str:

@@ -33,11 +33,11 @@ from harness.provenance import device_facts
 from harness.tools.bench_common import (
     bench_prompt,
     loadavg,
-    machine,
     machine_line,
     oracle_runs,
     run_command,
     scratch_dir,
+    speed_result,
     write_job,
     write_result,
 )
@@ -334,15 +334,8 @@ def main(argv: list[str] | None = None) -> int:
             harness["oracle_generation_s"] = oracle_generation(profile, model_dir)
         harness["overhead_s"] = harness["parity_wall_s"] - harness["intree_forward_s"] - harness["model_load_s"]
 
-    result = {
-        "model": profile.name,
-        "steps": args.steps,
-        "repeats": args.repeats,
-        "prompt": {"scenario": scenario, "tokens": len(ids)},
-        "speed": speeds,
-        "harness": harness,
-        "machine": machine(load_before),
-    }
+    result = speed_result(profile.name, args.steps, args.repeats, scenario, ids, speeds, load_before)
+    result["harness"] = harness
     print(table(result))
     write_result(result, profile.name, args.out)
     return 0

@@ -94,3 +94,23 @@ def run_command(cmd: list[str], env: dict[str, str], cwd: Path | str) -> subproc
         tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-20:])
         raise SystemExit(f"bench: {' '.join(cmd[:4])} ... failed (exit {result.returncode}):\n{tail}")
     return result
+
+
+def speed_result(
+    model: str,
+    steps: int,
+    repeats: int,
+    scenario: str,
+    ids: list[int],
+    speeds: dict[str, Any],
+    load_before: list[float],
+) -> dict[str, Any]:
+    """A speed benchmark's result: what ran (model, prompt, steps, rounds), the speeds, the machine."""
+    return {
+        "model": model,
+        "steps": steps,
+        "repeats": repeats,
+        "prompt": {"scenario": scenario, "tokens": len(ids)},
+        "speed": speeds,
+        "machine": machine(load_before),
+    }

@@ -42,6 +42,7 @@ from harness.tools.bench_common import (
     machine_line,
     oracle_runs,
     scratch_dir,
+    speed_result,
     write_job,
     write_result,
 )
@@ -197,7 +198,9 @@ def gate(session: Any, profile: Profile, variant: str, scenario_ids: list[str] |
         with compiled_decode_in_runner(variant) as reports:
             records = {"free": runner.run(spec), "teacher_forced": runner.run(spec, forced=golden)}
         ran = sorted({r.variant if r.compiled else "eager: " + "; ".join(r.reasons) for r in reports})
-        for check in (c for c in profile.checks(scenario) if registry.get(c).run in records):
+        # The step gates (logits rows, tokens, the stop) on the runs the compiled loop replaced.
+        gates = [c for c in profile.checks(scenario) if registry.get(c).rows or registry.get(c).digest_tokens]
+        for check in (c for c in gates if registry.get(c).run in records):
             result = registry.judge(
                 check, golden, records[registry.get(check).run], lambda s=scenario: session.full_golden(profile, s)
             )
@@ -260,14 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             speeds = speed(
                 profile, model_dir, runner.model, ids, args.steps, args.repeats, args.variant, not args.no_oracle
             )
-        result = {
-            "model": profile.name,
-            "steps": args.steps,
-            "repeats": args.repeats,
-            "prompt": {"scenario": scenario, "tokens": len(ids)},
-            "speed": speeds,
-            "machine": machine(load_before),
-        }
+        result = speed_result(profile.name, args.steps, args.repeats, scenario, ids, speeds, load_before)
         print(table(result))
         failed = 0
         name = f"compiled-{profile.name}"

@@ -101,3 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0 if all(v.passed for v in verdicts) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

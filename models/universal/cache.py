@@ -74,6 +74,17 @@ def grow_buffers(
     return mx.concatenate([key_buffer, new_k], axis=2), mx.concatenate([value_buffer, new_v], axis=2)
 
 
+def store_at(cache: KVCache | BatchKVCache, start: int, keys: mx.array, values: mx.array) -> int:
+    """Write keys/values into positions [start, end) of the cache's buffers, grown first
+    (its `_grow`) when they are shorter than that; returns end."""
+    end = start + keys.shape[2]
+    if cache.keys is None or end > cache.keys.shape[2]:
+        cache._grow(keys, values)
+    cache.keys[..., start:end, :] = keys
+    cache.values[..., start:end, :] = values
+    return end
+
+
 class _FloatCache:
     """What the float caches share: buffers read up to `offset`, and the arrays to evaluate."""
 
@@ -102,13 +113,7 @@ class KVCache(_FloatCache):
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         """Append keys/values of shape (B, n_kv_heads, L, head_dim); return all so far."""
-        start = self.offset
-        needed = start + keys.shape[2]
-        if self.keys is None or needed > self.keys.shape[2]:
-            self._grow(keys, values)
-        self.offset = needed
-        self.keys[..., start:needed, :] = keys
-        self.values[..., start:needed, :] = values
+        self.offset = store_at(self, self.offset, keys, values)
         return self.keys_and_values()
 
     def _grow(self, keys: mx.array, values: mx.array) -> None:
@@ -345,14 +350,8 @@ class BatchKVCache:
         self._right_padding: mx.array | None = None
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
-        start = self._idx
-        needed = start + keys.shape[2]
-        if self.keys is None or needed > self.keys.shape[2]:
-            self._grow(keys, values)
         self.offset = self.offset + keys.shape[2]
-        self._idx = needed
-        self.keys[..., start:needed, :] = keys
-        self.values[..., start:needed, :] = values
+        self._idx = store_at(self, self._idx, keys, values)
         return self.keys_and_values()
 
     def _grow(self, keys: mx.array, values: mx.array) -> None:

@@ -36,19 +36,19 @@ tail), so chat turns can alternate between the two loops.
 
 from __future__ import annotations
 
+import inspect
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
 from models.universal.cache import Cache, KVCache
 from models.universal.generate import (
-    DEFAULT_QUANTIZED_KV_START,
     Step,
-    _check_kept_cache,
-    _check_options,
+    _check_arguments,
     force_row,
     generation_stream,
     greedy_steps,
@@ -304,66 +304,35 @@ def compiled_greedy_steps(
     prompt_ids: list[int],
     n_tokens: int,
     *,
-    prefill_step_size: int = 2048,
-    forced_tokens: list[int] | None = None,
-    forced_prefix: list[int] | None = None,
-    kv_bits: int | None = None,
-    kv_group_size: int = 64,
-    quantized_kv_start: int = DEFAULT_QUANTIZED_KV_START,
-    max_kv_size: int | None = None,
-    cache: list[Cache] | None = None,
     variant: str = "auto",
     report: DecodeReport | None = None,
+    **options: Any,
 ) -> Iterator[Step]:
     """`greedy_steps` (same arguments, same Steps) with compiled decode steps; see the module
     docstring. `variant` picks the compiled form ("masked" is not bit-exact); `report`, if
     given, is filled with what ran."""
     report = report if report is not None else DecodeReport()
-    options = {
-        "prefill_step_size": prefill_step_size,
-        "forced_tokens": forced_tokens,
-        "forced_prefix": forced_prefix,
-        "kv_bits": kv_bits,
-        "kv_group_size": kv_group_size,
-        "quantized_kv_start": quantized_kv_start,
-        "max_kv_size": max_kv_size,
-        "cache": cache,
-    }
+    options = greedy_options(model, prompt_ids, n_tokens, options)
     if variant not in VARIANTS:
         raise ValueError(f"variant: expected one of {VARIANTS}, got {variant!r}")
-    reasons = eager_only_reasons(kv_bits, max_kv_size, cache)
+    reasons = eager_only_reasons(options["kv_bits"], options["max_kv_size"], options["cache"])
     if reasons:
         report.reasons = reasons
         yield from greedy_steps(model, prompt_ids, n_tokens, **options)
         return
-    validate(model, prompt_ids, n_tokens, options)
+    _check_arguments(model, prompt_ids, n_tokens, **options)
     report.compiled, report.variant = True, variant
     if n_tokens > 0:
         yield from _compiled_steps(model, prompt_ids, n_tokens, options, compiled_decoder(model, variant), report)
 
 
-def validate(model: UniversalLlama, prompt_ids: list[int], n_tokens: int, options: dict) -> None:
-    """greedy_steps' argument checks, with its messages (the same helpers)."""
-    if not prompt_ids:
-        raise ValueError("prompt_ids: need at least one token")
-    if options["prefill_step_size"] < 1:
-        raise ValueError(f"prefill_step_size: must be positive, got {options['prefill_step_size']}")
-    keep_cache = options["cache"] is not None
-    if keep_cache:
-        _check_kept_cache(model, options["cache"], n_tokens)
-    needed = n_tokens if keep_cache else n_tokens - 1
-    forced_tokens = options["forced_tokens"]
-    if forced_tokens is not None and len(forced_tokens) < needed:
-        raise ValueError(f"forced_tokens: {len(forced_tokens)} given, {needed} needed for {n_tokens} steps")
-    _check_options(
-        model,
-        model.config.vocab_size,
-        options["forced_prefix"],
-        options["kv_bits"],
-        options["kv_group_size"],
-        options["quantized_kv_start"],
-        options["max_kv_size"],
-    )
+def greedy_options(model: UniversalLlama, prompt_ids: list[int], n_tokens: int, options: dict) -> dict[str, Any]:
+    """greedy_steps' keyword options as a call with `options` gets them: its defaults filled
+    in, a TypeError for a name it does not take."""
+    bound = inspect.signature(greedy_steps).bind(model, prompt_ids, n_tokens, **options)
+    bound.apply_defaults()
+    params = bound.signature.parameters
+    return {name: value for name, value in bound.arguments.items() if params[name].kind is params[name].KEYWORD_ONLY}
 
 
 def eager_only_reasons(kv_bits: int | None, max_kv_size: int | None, cache: list[Cache] | None) -> list[str]:

@@ -102,20 +102,22 @@ def greedy_steps(
     generate_step ignores it given a prompt_cache. See the module docstring for the
     other cache options.
     """
-    if not prompt_ids:
-        raise ValueError("prompt_ids: need at least one token")
-    if prefill_step_size < 1:
-        raise ValueError(f"prefill_step_size: must be positive, got {prefill_step_size}")
-    keep_cache = cache is not None
-    if keep_cache:
-        _check_kept_cache(model, cache, n_tokens)
-    needed = n_tokens if keep_cache else n_tokens - 1
-    if forced_tokens is not None and len(forced_tokens) < needed:
-        raise ValueError(f"forced_tokens: {len(forced_tokens)} given, {needed} needed for {n_tokens} steps")
-    vocab_size = model.config.vocab_size
-    _check_options(model, vocab_size, forced_prefix, kv_bits, kv_group_size, quantized_kv_start, max_kv_size)
+    _check_arguments(
+        model,
+        prompt_ids,
+        n_tokens,
+        prefill_step_size,
+        forced_tokens,
+        forced_prefix,
+        kv_bits,
+        kv_group_size,
+        quantized_kv_start,
+        max_kv_size,
+        cache,
+    )
     if n_tokens <= 0:
         return
+    keep_cache = cache is not None
 
     if cache is None:
         cache = model.make_cache(max_kv_size=max_kv_size)
@@ -189,6 +191,34 @@ def chat_turn_steps(
         )
         turns.append(list(steps))
     return turns
+
+
+def _check_arguments(
+    model: UniversalLlama,
+    prompt_ids: list[int],
+    n_tokens: int,
+    prefill_step_size: int,
+    forced_tokens: list[int] | None,
+    forced_prefix: list[int] | None,
+    kv_bits: int | None,
+    kv_group_size: int,
+    quantized_kv_start: int,
+    max_kv_size: int | None,
+    cache: list[Cache] | None,
+) -> None:
+    """greedy_steps' argument checks; the parameters carry its names, so its options pass by keyword."""
+    if not prompt_ids:
+        raise ValueError("prompt_ids: need at least one token")
+    if prefill_step_size < 1:
+        raise ValueError(f"prefill_step_size: must be positive, got {prefill_step_size}")
+    keep_cache = cache is not None
+    if keep_cache:
+        _check_kept_cache(model, cache, n_tokens)
+    needed = n_tokens if keep_cache else n_tokens - 1
+    if forced_tokens is not None and len(forced_tokens) < needed:
+        raise ValueError(f"forced_tokens: {len(forced_tokens)} given, {needed} needed for {n_tokens} steps")
+    vocab_size = model.config.vocab_size
+    _check_options(model, vocab_size, forced_prefix, kv_bits, kv_group_size, quantized_kv_start, max_kv_size)
 
 
 def _check_kept_cache(model: UniversalLlama, cache: object, n_tokens: int) -> None:

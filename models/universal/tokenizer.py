@@ -210,31 +210,18 @@ class ChatTokenizer:
         )
 
     def render_chat_like_mlx_lm(
-        self,
-        messages: list[Mapping[str, Any]],
-        add_generation_prompt: bool = True,
-        *,
-        tools: list[dict] | None = None,
-        documents: list[dict] | None = None,
-        template_name: str | None = None,
-        **template_kwargs: Any,
+        self, messages: list[Mapping[str, Any]], add_generation_prompt: bool = True, **options: Any
     ) -> str:
-        """render_chat as mlx-lm's TokenizerWrapper.apply_chat_template calls the template:
-        when the caller passes no `enable_thinking`, it is set to `self.has_thinking`
-        (so a vocabulary without thinking markers renders with enable_thinking=False).
+        """render_chat (same arguments) as mlx-lm's TokenizerWrapper.apply_chat_template calls
+        the template: when the caller passes no `enable_thinking`, it is set to
+        `self.has_thinking` (so a vocabulary without thinking markers renders with
+        enable_thinking=False).
 
         (The wrapper's renaming of enable_thinking to `thinking` applies only to tokenizer
         classes with their own apply_chat_template, never to a Jinja template: not done.)
         """
-        template_kwargs.setdefault("enable_thinking", self.has_thinking)
-        return self.render_chat(
-            messages,
-            add_generation_prompt,
-            tools=tools,
-            documents=documents,
-            template_name=template_name,
-            **template_kwargs,
-        )
+        options.setdefault("enable_thinking", self.has_thinking)
+        return self.render_chat(messages, add_generation_prompt, **options)
 
 
 def _read_json(path: Path) -> Any:

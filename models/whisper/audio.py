@@ -32,24 +32,6 @@ N_SAMPLES_PER_TOKEN = HOP_LENGTH * 2  # the encoder's second convolution has str
 FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH  # 10 ms per mel frame
 TOKENS_PER_SECOND = SAMPLE_RATE // N_SAMPLES_PER_TOKEN  # 20 ms per audio token
 
-__all__ = [
-    "CHUNK_LENGTH",
-    "FRAMES_PER_SECOND",
-    "HOP_LENGTH",
-    "N_FFT",
-    "N_FRAMES",
-    "N_SAMPLES",
-    "N_SAMPLES_PER_TOKEN",
-    "SAMPLE_RATE",
-    "TOKENS_PER_SECOND",
-    "hanning",
-    "load_audio",
-    "log_mel_spectrogram",
-    "mel_filters",
-    "pad_or_trim",
-    "stft",
-]
-
 
 # --------------------------------------------------------------------------- loading
 

@@ -11,7 +11,7 @@ are the same values decoding.py computes from the same logits and tokens
 (tests/test_whisper_fast.py checks the masks and the filtered logits bit for bit).
 
 `FastFilters` is plain data (`to_dict` / `from_dict`): the fast path's records carry it per
-decode call, so the L2 gate (harness/fastpath_gate.py) can apply the very same rules to the
+decode call, so the L2 gate (harness/checks/token_budget.py) can apply the very same rules to the
 oracle's logits.
 """
 

@@ -180,7 +180,8 @@ class AudioEncoder(nn.Module):
         self.blocks = [ResidualAttentionBlock(n_state, n_head) for _ in range(n_layer)]
         self.ln_post = nn.LayerNorm(n_state)
 
-    def __call__(self, mel: mx.array) -> mx.array:
+    def stem(self, mel: mx.array) -> mx.array:
+        """The two GELU convolutions plus the positional embedding: the first block's input."""
         x = nn.gelu(self.conv1(mel))
         x = nn.gelu(self.conv2(x))
         if tuple(x.shape[1:]) != tuple(self._positional_embedding.shape):
@@ -188,7 +189,10 @@ class AudioEncoder(nn.Module):
                 f"mel of shape {tuple(mel.shape)} gives encoder input {tuple(x.shape[1:])}, "
                 f"expected {tuple(self._positional_embedding.shape)} (a full 30 s window)"
             )
-        x = x + self._positional_embedding
+        return x + self._positional_embedding
+
+    def __call__(self, mel: mx.array) -> mx.array:
+        x = self.stem(mel)
         for block in self.blocks:
             x, _, _ = block(x)
         return self.ln_post(x)

@@ -185,6 +185,11 @@ def load_encoding(model_dir: str | Path, num_languages: int, n_vocab: int | None
     return encoding
 
 
+def _special_token(text: str) -> cached_property:
+    """A Tokenizer property: the id of the special token `text` (looked up once)."""
+    return cached_property(lambda self: self.special_tokens[text])
+
+
 @dataclass
 class Tokenizer:
     """tiktoken plus Whisper's special tokens and its start-of-transcript sequence."""
@@ -227,37 +232,14 @@ class Tokenizer:
     def eot(self) -> int:
         return self.encoding.eot_token
 
-    @cached_property
-    def sot(self) -> int:
-        return self.special_tokens["<|startoftranscript|>"]
-
-    @cached_property
-    def translate(self) -> int:
-        return self.special_tokens["<|translate|>"]
-
-    @cached_property
-    def transcribe(self) -> int:
-        return self.special_tokens["<|transcribe|>"]
-
-    @cached_property
-    def sot_lm(self) -> int:
-        return self.special_tokens["<|startoflm|>"]
-
-    @cached_property
-    def sot_prev(self) -> int:
-        return self.special_tokens["<|startofprev|>"]
-
-    @cached_property
-    def no_speech(self) -> int:
-        return self.special_tokens["<|nospeech|>"]
-
-    @cached_property
-    def no_timestamps(self) -> int:
-        return self.special_tokens["<|notimestamps|>"]
-
-    @cached_property
-    def timestamp_begin(self) -> int:
-        return self.special_tokens["<|0.00|>"]
+    sot = _special_token("<|startoftranscript|>")
+    translate = _special_token("<|translate|>")
+    transcribe = _special_token("<|transcribe|>")
+    sot_lm = _special_token("<|startoflm|>")
+    sot_prev = _special_token("<|startofprev|>")
+    no_speech = _special_token("<|nospeech|>")
+    no_timestamps = _special_token("<|notimestamps|>")
+    timestamp_begin = _special_token("<|0.00|>")
 
     @cached_property
     def language_token(self) -> int:

@@ -1,23 +1,25 @@
 """mlx-lm speed probe: runs inside the oracle's own venv, never imports the harness.
 
 Times mlx-lm's own `generate_step` (greedy, one prefill chunk) on the prompt ids the harness
-gives it, the same way `harness.bench` times the in-tree `greedy_steps`: one warm-up run, then
+gives it, the same way `python -m harness bench` times the in-tree `greedy_steps`: one warm-up run, then
 `repeats` timed runs, each with a fresh cache. Prefill = call to first token (prompt in, step 0
 out); decode = first token to last token. Prints one JSON object on stdout.
 
 Usage: python -I bench.py --model-dir DIR --ids ids.json   (ids.json: {"prompt_ids", "steps", "repeats"})
 """
 
-import argparse
-import importlib.metadata
-import importlib.util
 import json
+import sys
 import time
 from pathlib import Path
 
 import mlx.core as mx
 from mlx_lm import load
 from mlx_lm.generate import generate_step
+
+# oracles/common, by path: the oracle venv does not have this repository on sys.path.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
+import oracle_base as base  # noqa: E402
 
 
 def timed_run(model, prompt_ids, steps):
@@ -32,19 +34,8 @@ def timed_run(model, prompt_ids, steps):
     return stamps[0] - started, stamps[-1] - stamps[0], mx.get_peak_memory()
 
 
-def loaded_blas():
-    """The BLAS libraries this process has mapped: the generator's own function, loaded by path."""
-    spec = importlib.util.spec_from_file_location("oracle_generate", Path(__file__).resolve().parent / "generate.py")
-    generate = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(generate)
-    return generate.loaded_libraries()
-
-
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model-dir", required=True, type=Path)
-    parser.add_argument("--ids", required=True, type=Path)
-    args = parser.parse_args()
+    args = base.path_parser("--model-dir", "--ids").parse_args()
     job = json.loads(args.ids.read_text())
     model, _tokenizer = load(str(args.model_dir))
     timed_run(model, job["prompt_ids"], job["steps"])  # warm-up
@@ -55,10 +46,9 @@ def main():
                 "prefill_s": [r[0] for r in runs],
                 "decode_s": [r[1] for r in runs],
                 "peak_bytes": [r[2] for r in runs],
-                "mlx": importlib.metadata.version("mlx"),
-                "mlx-lm": importlib.metadata.version("mlx-lm"),
+                **base.versions("mlx", "mlx-lm"),
                 "device": str(mx.default_device()),
-                "blas_libraries": loaded_blas(),
+                "blas_libraries": base.loaded_libraries(),
             }
         )
     )

@@ -5,7 +5,10 @@ plain encode, chunked prefill, `generate_step` with the greedy sampler), and wri
 scenario, the full logit vector of every step (`<id>.logits.npy`) plus `result.json`.
 
 Logits are captured by wrapping the model object at run time (a proxy whose call records
-`out[:, -1, :]`); the installed mlx-lm package is never edited.
+`out[:, -1, :]`); the installed mlx-lm package is never edited. The prompt encoding, the tap,
+the forcing and the tapped generate_step run are oracles/common/lm_steps.py (shared with the
+mlx-optiq oracle), the command line and environment block oracles/common/oracle_base.py; both
+are loaded by file path.
 
 Besides single-prompt scenarios, two kinds run several segments of steps, stacked in order
 in the logits file and described in result.json:
@@ -24,63 +27,22 @@ it: at the first EOS id, the EOS token included, or after n_tokens. Its tokens a
 Usage: python -I generate.py --spec spec.json --out DIR
 """
 
-import argparse
-import importlib.metadata
 import json
-import platform
 import sys
 from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 from mlx_lm import load
-from mlx_lm.generate import BatchGenerator, generate_step, stream_generate
+from mlx_lm.generate import BatchGenerator, stream_generate
 from mlx_lm.models.cache import RotatingKVCache, make_prompt_cache
 
+# oracles/common, by path: the oracle venv does not have this repository on sys.path.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
+import lm_steps as steps  # noqa: E402
+import oracle_base as base  # noqa: E402
 
-class LogitTap:
-    """Stands in for the model inside generate_step and keeps each call's last-position logits."""
-
-    def __init__(self, model):
-        self._model = model
-        self.rows = []
-
-    def __call__(self, *args, **kwargs):
-        out = self._model(*args, **kwargs)
-        self.rows.append(out[:, -1, :])
-        return out
-
-    def __getattr__(self, name):
-        return getattr(self._model, name)
-
-
-def encode_prompt(tokenizer, scenario):
-    """What mlx-lm's generate does with a prompt: template for chats, plain encode otherwise."""
-    if scenario["kind"] == "chat":
-        rendered = tokenizer.apply_chat_template(
-            scenario["messages"],
-            tokenize=False,
-            add_generation_prompt=True,
-            **scenario.get("template_kwargs", {}),
-        )
-        return rendered, tokenizer.encode(rendered, add_special_tokens=False)
-    return None, tokenizer.encode(scenario["prompt"], add_special_tokens=True)
-
-
-def force_prefix(forced, prompt_length):
-    """A logits processor (mlx-lm's own hook) that makes the first sampled tokens `forced`.
-
-    Only the processed logits change: the tap has already recorded the model's raw ones.
-    """
-
-    def processor(tokens, logits):
-        index = tokens.size - prompt_length
-        if index >= len(forced):
-            return logits
-        keep = mx.arange(logits.shape[-1]) == forced[index]
-        return mx.where(keep, logits, mx.array(-mx.inf, dtype=logits.dtype))
-
-    return processor
+encode_prompt = steps.encode_prompt
 
 
 def make_cache(model, scenario):
@@ -101,34 +63,19 @@ def run_scenario(model, tokenizer, scenario):
     if scenario["kind"] == "chat" and "turns" in scenario:
         return run_chat_turns(model, tokenizer, scenario)
     rendered, prompt_ids = encode_prompt(tokenizer, scenario)
-    n_tokens = scenario["n_tokens"]
-    tap = LogitTap(model)
     cache = make_cache(model, scenario)
-    prompt = mx.array(prompt_ids)
-    options = _generation_options(scenario, len(prompt_ids))
-    tokens = []
     # Greedy, no stop on EOS: the logits of every step are compared, EOS is judged separately.
-    for token, _logprobs in generate_step(
-        prompt,
-        tap,
-        max_tokens=n_tokens,
-        prompt_cache=cache,
-        prefill_step_size=scenario["prefill_step_size"],
-        **options,
-    ):
-        tokens.append(int(token))
-    # Calls are: the prefill chunks (their logits are unused), then one per produced token,
-    # plus the look-ahead step generate_step computes before it stops.
-    n_chunks = len(tap.rows) - (n_tokens + 1)
-    rows = tap.rows[n_chunks : n_chunks + n_tokens]
-    logits = np.stack([np.array(r.astype(mx.float32)).reshape(-1) for r in rows])
-    meta = {
-        "rendered_prompt": rendered,
-        "prompt_ids": [int(t) for t in prompt_ids],
-        "tokens": tokens,
-        "eos_ids": sorted(int(t) for t in tokenizer.eos_token_ids),
-        "logits_dtype": str(rows[0].dtype),
-        "prefill_calls": n_chunks + 1,
+    tokens, rows, prefill_calls = steps.tapped_steps(
+        model,
+        prompt_ids,
+        scenario["n_tokens"],
+        cache,
+        scenario["prefill_step_size"],
+        _generation_options(scenario, len(prompt_ids)),
+    )
+    logits = steps.stack_rows(rows)
+    meta = steps.step_record(rendered, prompt_ids, tokens, tokenizer, rows) | {
+        "prefill_calls": prefill_calls,
         "cache_types": sorted({type(c).__name__ for c in cache}),
     }
     if scenario.get("stop") == "eos":
@@ -161,7 +108,7 @@ def _generation_options(scenario, prompt_length):
         k: scenario[k] for k in ("kv_bits", "kv_group_size", "quantized_kv_start") if scenario.get(k) is not None
     }
     if scenario.get("forced_prefix"):
-        options["logits_processors"] = [force_prefix(scenario["forced_prefix"], prompt_length)]
+        options["logits_processors"] = [steps.force_prefix(scenario["forced_prefix"], prompt_length)]
     return options
 
 
@@ -178,43 +125,34 @@ def run_chat_turns(model, tokenizer, scenario):
     turns, tokens, rows = [], [], []
     for messages in scenario["turns"]:
         rendered, prompt_ids = encode_prompt(tokenizer, {**scenario, "messages": messages})
-        tap = LogitTap(model)
-        turn_tokens = []
-        for token, _logprobs in generate_step(
-            mx.array(prompt_ids),
-            tap,
-            max_tokens=n_tokens,
-            prompt_cache=cache,
-            prefill_step_size=scenario["prefill_step_size"],
-            **_generation_options(scenario, len(prompt_ids)),
-        ):
-            turn_tokens.append(int(token))
-        n_chunks = len(tap.rows) - (n_tokens + 1)
+        turn_tokens, turn_rows, prefill_calls = steps.tapped_steps(
+            model,
+            prompt_ids,
+            n_tokens,
+            cache,
+            scenario["prefill_step_size"],
+            _generation_options(scenario, len(prompt_ids)),
+        )
         turns.append(
             {
                 "rendered_prompt": rendered,
                 "prompt_ids": [int(t) for t in prompt_ids],
                 "n_steps": n_tokens,
                 "row_offset": len(rows),
-                "prefill_calls": n_chunks + 1,
+                "prefill_calls": prefill_calls,
                 "cache_offset_after": int(cache[0].offset),
             }
         )
-        rows.extend(tap.rows[n_chunks : n_chunks + n_tokens])
+        rows.extend(turn_rows)
         tokens.extend(turn_tokens)
-    logits = np.stack([np.array(r.astype(mx.float32)).reshape(-1) for r in rows])
-    return {
-        "rendered_prompt": turns[0]["rendered_prompt"],
-        "prompt_ids": turns[0]["prompt_ids"],
-        "tokens": tokens,
-        "eos_ids": sorted(int(t) for t in tokenizer.eos_token_ids),
-        "logits_dtype": str(rows[0].dtype),
+    first = turns[0]
+    return steps.step_record(first["rendered_prompt"], first["prompt_ids"], tokens, tokenizer, rows) | {
         "cache_types": sorted({type(c).__name__ for c in cache}),
         "turns": turns,
-    }, logits
+    }, steps.stack_rows(rows)
 
 
-class BatchLogitTap(LogitTap):
+class BatchLogitTap(steps.LogitTap):
     """A LogitTap that also keeps each call's input shape (to tell prefill from decode)."""
 
     def __init__(self, model):
@@ -281,18 +219,13 @@ def run_batch(model, tokenizer, scenario):
         )
         rows.extend(row_logits)
         tokens.extend(row_tokens)
-    logits = np.stack([np.array(r.astype(mx.float32)).reshape(-1) for r in rows])
-    return {
-        "rendered_prompt": row_meta[0]["rendered_prompt"],
-        "prompt_ids": row_meta[0]["prompt_ids"],
-        "tokens": tokens,
-        "eos_ids": sorted(int(t) for t in tokenizer.eos_token_ids),
-        "logits_dtype": str(rows[0].dtype),
+    first = row_meta[0]
+    return steps.step_record(first["rendered_prompt"], first["prompt_ids"], tokens, tokenizer, rows) | {
         "prefill_calls": n_prefill,
         "prefill_input_shapes": [list(s) for s in tap.input_shapes[:n_prefill]],
         "cache_types": sorted(cache_types),
         "rows": row_meta,
-    }, logits
+    }, steps.stack_rows(rows)
 
 
 def _batch_row_scenario(scenario, row):
@@ -303,19 +236,8 @@ def _batch_row_scenario(scenario, row):
     return {"kind": "prompt", "prompt": row["prompt"]}
 
 
-def loaded_libraries():
-    try:
-        with open("/proc/self/maps") as f:
-            return sorted({line.split()[-1] for line in f if "blas" in line.lower()})
-    except OSError:
-        return []
-
-
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--spec", required=True, type=Path)
-    parser.add_argument("--out", required=True, type=Path)
-    args = parser.parse_args()
+    args = base.path_parser("--spec", "--out").parse_args()
     spec = json.loads(args.spec.read_text())
     model, tokenizer = load(spec["model_dir"])
     result = {"scenarios": {}}
@@ -339,14 +261,7 @@ def main():
         np.save(args.out / f"{scenario['id']}.logits.npy", logits, allow_pickle=False)
         result["scenarios"][scenario["id"]] = meta
         print(f"oracle: {scenario['id']}: {len(meta['tokens'])} steps", file=sys.stderr, flush=True)
-    result["environment"] = {
-        "mlx": importlib.metadata.version("mlx"),
-        "mlx-lm": importlib.metadata.version("mlx-lm"),
-        "transformers": importlib.metadata.version("transformers"),
-        "device": str(mx.default_device()),
-        "python": platform.python_version(),
-        "blas_libraries": loaded_libraries(),
-    }
+    result["environment"] = base.mlx_environment("mlx", "mlx-lm", "transformers")
     (args.out / "result.json").write_text(json.dumps(result, indent=2))
 
 

@@ -1,8 +1,9 @@
 """mlx-optiq (L2) oracle generator: runs inside the oracle's own venv, never imports the harness.
 
-Same spec and output format as oracles/mlx-lm/generate.py (whose encode_prompt, LogitTap,
-force_prefix and loaded_libraries it imports by file path, so the two cannot drift: hash both
-files into golden provenance). Every scenario carries a "composition":
+Same spec and output format as oracles/mlx-lm/generate.py, with whose generator it shares
+oracles/common/lm_steps.py (prompt encoding, logit tap, forcing, the tapped generate_step run)
+and oracles/common/oracle_base.py (command line, environment block), both loaded by file path
+so the two cannot drift. Every scenario carries a "composition":
 
 - mixed_kv: `optiq.serve._load_kv_config` on the kv_config (written to a kv_config.json),
   `optiq.serve.install_mixed_kv(configs, quantized_kv_start)`, then mlx-lm's generate_step
@@ -30,10 +31,8 @@ Usage: python -I generate.py --spec spec.json --out DIR
 
 import argparse
 import hashlib
-import importlib.metadata
-import importlib.util
+import importlib
 import json
-import platform
 import subprocess
 import sys
 import tempfile
@@ -41,16 +40,9 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-MLX_LM_GENERATOR = HERE.parent / "mlx-lm" / "generate.py"
-
-
-def _mlx_lm_generator():
-    """oracles/mlx-lm/generate.py as a module (shared prompt encoding, logit tap, forcing)."""
-    spec = importlib.util.spec_from_file_location("mlx_lm_oracle_generate", MLX_LM_GENERATOR)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+# oracles/common, by path: the oracle venv does not have this repository on sys.path.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
+import oracle_base as base  # noqa: E402
 
 
 def _given(composition, *names):
@@ -139,30 +131,15 @@ def cache_digest(cache):
 
 
 def run_generate_step_path(shared, model, scenario, prompt_ids, workdir):
-    import mlx.core as mx
-    from mlx_lm.generate import generate_step
-
-    n_tokens = scenario["n_tokens"]
     cache, options = install_and_make_cache(model, scenario["composition"], workdir)
     if scenario.get("forced_prefix"):
         options["logits_processors"] = [shared.force_prefix(scenario["forced_prefix"], len(prompt_ids))]
-    tap = shared.LogitTap(model)
-    tokens = []
-    for token, _logprobs in generate_step(
-        mx.array(prompt_ids),
-        tap,
-        max_tokens=n_tokens,
-        prompt_cache=cache,
-        prefill_step_size=scenario["prefill_step_size"],
-        **options,
-    ):
-        tokens.append(int(token))
-    # The prefill chunks, one call per token, and generate_step's look-ahead call.
-    n_chunks = len(tap.rows) - (n_tokens + 1)
-    rows = tap.rows[n_chunks : n_chunks + n_tokens]
+    tokens, rows, prefill_calls = shared.tapped_steps(
+        model, prompt_ids, scenario["n_tokens"], cache, scenario["prefill_step_size"], options
+    )
     step_info = [{} for _ in tokens]
     step_info[-1] = {"final_cache": cache_digest(cache)}
-    return tokens, rows, step_info, {"prefill_calls": n_chunks + 1, "cache": cache}
+    return tokens, rows, step_info, {"prefill_calls": prefill_calls, "cache": cache}
 
 
 def run_ngram_path(shared, model, scenario, prompt_ids):
@@ -200,24 +177,8 @@ def run_ngram_path(shared, model, scenario, prompt_ids):
     return tokens, rows, step_info, {"ngram_stats": stats_summary, "cache": cache}
 
 
-def environment(shared):
-    import mlx.core as mx
-
-    def version(dist):
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            return None
-
-    return {
-        "mlx": version("mlx"),
-        "mlx-lm": version("mlx-lm"),
-        "mlx-optiq": version("mlx-optiq"),
-        "transformers": version("transformers"),
-        "device": str(mx.default_device()),
-        "python": platform.python_version(),
-        "blas_libraries": shared.loaded_libraries(),
-    }
+def environment():
+    return base.mlx_environment("mlx", "mlx-lm", "mlx-optiq", "transformers", missing_ok=True)
 
 
 def run_child(spec_path, scenario_id, out):
@@ -227,11 +188,10 @@ def run_child(spec_path, scenario_id, out):
         meta = {"error": f"scenario {scenario_id}: an mlx-optiq scenario needs a 'composition' with a 'kind'"}
         (Path(out) / "meta.json").write_text(json.dumps(meta))
         return
-    import mlx.core as mx
     import optiq  # noqa: F401  # optiq's import-time patches (model types, nn.quantize), as its CLI has them
     from mlx_lm import load
 
-    shared = _mlx_lm_generator()
+    shared = importlib.import_module("lm_steps")  # after optiq's patches, as before this file shared it
     try:
         model, tokenizer = load(spec["model_dir"])
         rendered, prompt_ids = shared.encode_prompt(tokenizer, scenario)
@@ -247,19 +207,13 @@ def run_child(spec_path, scenario_id, out):
         (Path(out) / "meta.json").write_text(json.dumps(meta))
         return
     cache = extra.pop("cache")
-    logits = np.stack([np.array(r.astype(mx.float32)).reshape(-1) for r in rows])
-    np.save(Path(out) / "logits.npy", logits, allow_pickle=False)
-    meta = {
-        "rendered_prompt": rendered,
-        "prompt_ids": [int(t) for t in prompt_ids],
-        "tokens": tokens,
-        "eos_ids": sorted(int(t) for t in tokenizer.eos_token_ids),
-        "logits_dtype": str(rows[0].dtype),
+    np.save(Path(out) / "logits.npy", shared.stack_rows(rows), allow_pickle=False)
+    meta = shared.step_record(rendered, prompt_ids, tokens, tokenizer, rows) | {
         "cache_types": sorted({type(c).__name__ for c in cache}),
         "composition": scenario["composition"],
         "step_info": step_info,
         **extra,
-        "environment": environment(shared),
+        "environment": environment(),
     }
     (Path(out) / "meta.json").write_text(json.dumps(meta))
 
@@ -286,9 +240,7 @@ def run_fresh(spec_path, scenario_id, workdir):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--spec", required=True, type=Path)
-    parser.add_argument("--out", required=True, type=Path)
+    parser = base.path_parser("--spec", "--out")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--scenario", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -338,7 +290,7 @@ def environment_without_runs():
     """When every scenario failed: the versions still identify the oracle."""
     import mlx.core  # noqa: F401  # loads the BLAS the runs would have used
 
-    return environment(_mlx_lm_generator())
+    return environment()
 
 
 if __name__ == "__main__":

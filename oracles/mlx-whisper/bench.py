@@ -7,38 +7,30 @@ object on stdout: seconds per clip and run, and the text (to check both sides tr
 Usage: python -I bench.py --model-dir DIR --job job.json   (job: {"clips": [...], "repeats", "options"})
 """
 
-import argparse
 import importlib
-import importlib.metadata
 import json
 import shutil
+import sys
 import time
-import wave
 from pathlib import Path
 
 import mlx.core as mx
 
-
-def wav_samples(path):
-    import numpy as np
-
-    with wave.open(path, "rb") as f:
-        pcm = np.frombuffer(f.readframes(f.getnframes()), dtype="<i2")
-    return mx.array(pcm.astype(np.float32) / 32768.0)
+# oracles/common, by path: the oracle venv does not have this repository on sys.path.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
+import oracle_base as base  # noqa: E402
+import whisper_run as common  # noqa: E402
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model-dir", required=True, type=Path)
-    parser.add_argument("--job", required=True, type=Path)
-    args = parser.parse_args()
+    args = base.path_parser("--model-dir", "--job").parse_args()
     job = json.loads(args.job.read_text())
     tmod = importlib.import_module("mlx_whisper.transcribe")
     options = dict(job["options"])
 
     def run(clip):
         started = time.perf_counter()
-        audio = clip if shutil.which("ffmpeg") else wav_samples(clip)  # no ffmpeg CLI: the WAV's PCM
+        audio = clip if shutil.which("ffmpeg") else mx.array(common.wav_pcm(clip))  # no ffmpeg CLI: the WAV's PCM
         out = tmod.transcribe(audio, path_or_hf_repo=str(args.model_dir), verbose=None, **options)
         mx.synchronize()
         return time.perf_counter() - started, out["text"]
@@ -54,8 +46,7 @@ def main():
             {
                 "seconds": seconds,
                 "texts": texts,
-                "mlx": importlib.metadata.version("mlx"),
-                "mlx-whisper": importlib.metadata.version("mlx-whisper"),
+                **base.versions("mlx", "mlx-whisper"),
                 "device": str(mx.default_device()),
             }
         )

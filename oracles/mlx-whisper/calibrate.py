@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -29,15 +28,9 @@ from pathlib import Path
 VARIANTS = ("no-compile", "batch2", "fp16")
 
 
-def _load_generator():
-    """The generator beside this script (stdlib-only at import): its run-time patching is reused."""
-    spec = importlib.util.spec_from_file_location("mlx_whisper_generator", Path(__file__).with_name("generate.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_patched = _load_generator()._patched
+# oracles/common, by path: the oracle venv does not have this repository on sys.path.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
+from whisper_run import patched as _patched  # noqa: E402  (the generators' run-time patching)
 
 
 def _fp16_model_dir(model_dir: str, out: Path) -> str:

@@ -30,76 +30,36 @@ Usage: python -I generate.py --spec spec.json --out DIR
 
 The spec check (`validate_spec`) uses the standard library only, so it can be imported and
 tested without the oracle venv; torch and whisper are imported inside the functions that run.
+What both whisper generators share is in oracles/common (whisper_spec.py, whisper_run.py,
+oracle_base.py), loaded by file path.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import hashlib
+import functools
 import importlib
-import importlib.metadata
 import json
 import platform
 import re
 import shutil
 import struct
-import subprocess
 import sys
-import wave
 from pathlib import Path
 
-KINDS = ("transcribe",)
+# oracles/common, by path: the oracle venv does not have this repository on sys.path.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
+import oracle_base as base  # noqa: E402
+import whisper_run as common  # noqa: E402
+import whisper_spec as spec_check  # noqa: E402
 
-# Keyword arguments of whisper.transcribe (20250625) a scenario may set ...
-TRANSCRIBE_OPTIONS = frozenset(
-    {
-        "temperature",
-        "compression_ratio_threshold",
-        "logprob_threshold",
-        "no_speech_threshold",
-        "condition_on_previous_text",
-        "initial_prompt",
-        "carry_initial_prompt",
-        "word_timestamps",
-        "prepend_punctuations",
-        "append_punctuations",
-        "clip_timestamps",
-        "hallucination_silence_threshold",
-    }
-)
-# ... and the DecodingOptions fields it passes on (prompt and temperature are set by transcribe).
-DECODING_OPTIONS = frozenset(
-    {
-        "task",
-        "language",
-        "sample_len",
-        "best_of",
-        "beam_size",
-        "patience",
-        "length_penalty",
-        "prefix",
-        "suppress_tokens",
-        "suppress_blank",
-        "without_timestamps",
-        "max_initial_timestamp",
-        "fp16",
-    }
-)
+SpecError = spec_check.SpecError
+
+# Keyword arguments of whisper.transcribe (20250625) a scenario may set, besides the
+# DecodingOptions fields it passes on (whisper_spec.DECODING_OPTIONS).
+TRANSCRIBE_OPTIONS = spec_check.TRANSCRIBE_OPTIONS | {"carry_initial_prompt"}
 # Set by the generator itself: the model, the audio, and no printing.
 RESERVED_OPTIONS = frozenset({"model", "path_or_hf_repo", "verbose", "audio", "prompt"})
-BOOL_OPTIONS = frozenset(
-    {
-        "condition_on_previous_text",
-        "carry_initial_prompt",
-        "word_timestamps",
-        "suppress_blank",
-        "without_timestamps",
-        "fp16",
-    }
-)
-SAMPLE_RATE = 16000
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+BOOL_OPTIONS = spec_check.BOOL_OPTIONS | {"carry_initial_prompt"}
 # The mlx-whisper config.json fields that are openai-whisper's ModelDimensions.
 DIMENSIONS = (
     "n_mels",
@@ -115,10 +75,6 @@ DIMENSIONS = (
 )
 
 
-class SpecError(ValueError):
-    """The spec cannot be run; the message lists every problem found."""
-
-
 class CaptureError(RuntimeError):
     """What the wrappers recorded does not add up: the oracle's output would be incomplete."""
 
@@ -130,42 +86,10 @@ class WeightsError(ValueError):
 # ---------------------------------------------------------------- spec validation (stdlib only)
 
 
-def _wav_problem(path: Path) -> str | None:
-    """None if `path` is a 16 kHz mono 16-bit PCM WAV, else what is wrong with it."""
-    try:
-        with wave.open(str(path), "rb") as w:
-            rate, channels, width = w.getframerate(), w.getnchannels(), w.getsampwidth()
-    except (wave.Error, EOFError, OSError) as e:
-        return f"not a readable PCM WAV file ({type(e).__name__}: {e})"
-    if (rate, channels, width) != (SAMPLE_RATE, 1, 2):
-        return f"expected 16 kHz mono 16-bit PCM, got {rate} Hz, {channels} channel(s), {8 * width}-bit"
-    return None
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _option_problems(where: str, options) -> list[str]:
-    if not isinstance(options, dict):
-        return [f"{where}: options: expected an object of whisper.transcribe keyword arguments"]
+def _beam_problems(where: str, options: dict) -> list[str]:
+    """The beam-search options openai-whisper runs (mlx-whisper has no beam search)."""
     problems = []
-    for key, value in options.items():
-        if key in RESERVED_OPTIONS:
-            problems.append(f"{where}: options.{key}: set by the generator, not by a scenario")
-        elif key not in TRANSCRIBE_OPTIONS | DECODING_OPTIONS:
-            problems.append(
-                f"{where}: options.{key}: unknown option (known: "
-                f"{', '.join(sorted(TRANSCRIBE_OPTIONS | DECODING_OPTIONS))})"
-            )
-        elif key in BOOL_OPTIONS and not isinstance(value, bool):
-            problems.append(f"{where}: options.{key}: expected true or false, got {value!r}")
-    temperature = options.get("temperature", 0.0)
-    ladder = temperature if isinstance(temperature, list) else [temperature]
-    if not ladder or not all(_is_number(t) and t >= 0 for t in ladder):
-        problems.append(
-            f"{where}: options.temperature: expected a number >= 0 or a non-empty list of them, got {temperature!r}"
-        )
+    is_number = spec_check.is_number
     beam_size = options.get("beam_size")
     if beam_size is not None and (not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size < 1):
         problems.append(f"{where}: options.beam_size: expected an integer >= 1, got {beam_size!r}")
@@ -173,75 +97,24 @@ def _option_problems(where: str, options) -> list[str]:
     if patience is not None:
         if beam_size is None:
             problems.append(f"{where}: options.patience: requires options.beam_size")
-        if not _is_number(patience) or patience <= 0:
+        if not is_number(patience) or patience <= 0:
             problems.append(f"{where}: options.patience: expected a number > 0, got {patience!r}")
     length_penalty = options.get("length_penalty")
-    if length_penalty is not None and (not _is_number(length_penalty) or not 0 <= length_penalty <= 1):
+    if length_penalty is not None and (not is_number(length_penalty) or not 0 <= length_penalty <= 1):
         problems.append(f"{where}: options.length_penalty: expected a number in [0, 1], got {length_penalty!r}")
     if beam_size is not None and options.get("best_of") is not None:
         problems.append(f"{where}: options.best_of: cannot be given together with options.beam_size")
     return problems
 
 
+RULES = spec_check.Rules(
+    "whisper.transcribe", TRANSCRIBE_OPTIONS, RESERVED_OPTIONS, BOOL_OPTIONS, ("weights.safetensors",), _beam_problems
+)
+
+
 def validate_spec(spec) -> None:
     """Raise SpecError naming every problem of the spec, before anything is loaded or run."""
-    problems = []
-    if not isinstance(spec, dict):
-        raise SpecError('spec: expected an object {"model_dir": ..., "scenarios": [...]}')
-    model_dir = spec.get("model_dir")
-    if not isinstance(model_dir, str) or not model_dir:
-        problems.append("model_dir: expected the path of an mlx-whisper model directory")
-    else:
-        path = Path(model_dir)
-        if not path.is_dir():
-            problems.append(f"model_dir: {model_dir}: no such directory")
-        else:
-            if not (path / "config.json").is_file():
-                problems.append(f"model_dir: {model_dir}: no config.json")
-            if not (path / "weights.safetensors").is_file():
-                problems.append(f"model_dir: {model_dir}: no weights.safetensors")
-    scenarios = spec.get("scenarios")
-    if not isinstance(scenarios, list) or not scenarios:
-        problems.append("scenarios: expected a non-empty list")
-        scenarios = []
-    seen = set()
-    for n, scenario in enumerate(scenarios):
-        where = f"scenarios[{n}]"
-        if not isinstance(scenario, dict):
-            problems.append(f"{where}: expected an object")
-            continue
-        sid = scenario.get("id")
-        if not isinstance(sid, str) or not _ID.match(sid):
-            problems.append(f"{where}: id: expected a file-name-safe string ([A-Za-z0-9._-]), got {sid!r}")
-        else:
-            where = f"scenario {sid}"
-            if sid in seen:
-                problems.append(f"{where}: duplicate id")
-            seen.add(sid)
-        kind = scenario.get("kind")
-        if kind not in KINDS:
-            problems.append(f"{where}: kind: unknown kind {kind!r} (this oracle runs: {', '.join(KINDS)})")
-        audio = scenario.get("audio")
-        if not isinstance(audio, str) or not Path(audio).is_absolute():
-            problems.append(f"{where}: audio: expected the absolute path of a 16 kHz WAV file, got {audio!r}")
-        elif not Path(audio).is_file():
-            problems.append(f"{where}: audio: {audio}: no such file")
-        elif (why := _wav_problem(Path(audio))) is not None:
-            problems.append(f"{where}: audio: {audio}: {why}")
-        seed = scenario.get("seed")
-        if not isinstance(seed, int) or isinstance(seed, bool):
-            problems.append(f"{where}: seed: expected an integer, got {seed!r}")
-        problems += _option_problems(where, scenario.get("options", {}))
-        want = scenario.get("audio_sha256")
-        if want is not None and isinstance(audio, str) and Path(audio).is_file():
-            got = hashlib.sha256(Path(audio).read_bytes()).hexdigest()
-            if got != want:
-                problems.append(f"{where}: audio: {audio} has sha256 {got}, the spec expects {want}")
-        unknown = set(scenario) - {"id", "kind", "audio", "audio_sha256", "options", "seed"}
-        if unknown:
-            problems.append(f"{where}: unknown keys {sorted(unknown)}")
-    if problems:
-        raise SpecError("invalid spec:\n  " + "\n  ".join(problems))
+    RULES.validate(spec)
 
 
 # ---------------------------------------------------------------- the model, in openai-whisper's format
@@ -339,28 +212,8 @@ def load_openai_model(model_dir: str):
 # ---------------------------------------------------------------- capture
 
 
-@contextlib.contextmanager
-def _patched(patches):
-    """Set each (owner, name, value) for the duration, then put the originals back."""
-    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
-    try:
-        for owner, name, value in patches:
-            setattr(owner, name, value)
-        yield
-    finally:
-        for owner, name, value in reversed(saved):
-            setattr(owner, name, value)
-
-
-class Capture:
+class Capture(common.CaptureState):
     """What one transcription computed, recorded by wrappers around openai-whisper's functions."""
-
-    def __init__(self):
-        self.mel = []  # log_mel_spectrogram outputs (transcribe calls it once)
-        self.waveforms = []  # load_audio outputs
-        self.calls = []  # one dict per DecodingTask.run
-        self.current = None
-        self.stray_logits = 0  # Inference.logits calls outside a decode call (none expected)
 
     def install(self):
         import torch
@@ -384,26 +237,15 @@ class Capture:
             if shutil.which("ffmpeg") is None:
                 # No ffmpeg CLI: the WAV's 16-bit PCM / 32768, what ffmpeg gives for these clips
                 # (checked whenever ffmpeg is there: audio.decoded_equals_wav_pcm).
-                import numpy as np
-
-                with wave.open(str(args[0]), "rb") as f:
-                    pcm = np.frombuffer(f.readframes(f.getnframes()), dtype="<i2")
-                out = pcm.astype(np.float32) / 32768.0
+                out = common.wav_pcm(args[0])
             else:
                 out = orig_load(*args, **kwargs)
             cap.waveforms.append(out)
             return out
 
         def run(task, mel):
-            # Where transcribe's seek loop stands: read from its frame (seek, segment_size).
-            frame, window = sys._getframe(1), {}
-            while frame is not None:
-                if frame.f_code is transcribe_code:
-                    window = {k: frame.f_locals.get(k) for k in ("seek", "segment_size")}
-                    break
-                frame = frame.f_back
             call = {
-                "window": window,
+                "window": common.seek_window(transcribe_code),
                 "temperature": task.options.temperature,
                 "beam": task.options.beam_size is not None,
                 "initial_tokens": list(task.initial_tokens),
@@ -452,7 +294,7 @@ class Capture:
 
             return update
 
-        return _patched(
+        return common.patched(
             [
                 (tmod, "log_mel_spectrogram", log_mel_spectrogram),
                 (audio, "load_audio", load_audio),
@@ -492,51 +334,6 @@ def _fallback(result, thresholds):
     return needs, reasons
 
 
-def _skipped_as_silence(result, thresholds):
-    """transcribe's no-speech skip of a window, decided on the attempt it keeps."""
-    if thresholds["no_speech_threshold"] is None:
-        return False
-    skip = result.no_speech_prob > thresholds["no_speech_threshold"]
-    if thresholds["logprob_threshold"] is not None and result.avg_logprob > thresholds["logprob_threshold"]:
-        skip = False
-    return skip
-
-
-def _jsonable(value):
-    """Plain JSON types; floats stay Python floats, so json writes their full repr."""
-    import numpy as np
-
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return _jsonable(value.tolist())
-    if isinstance(value, np.generic):
-        return value.item()
-    if hasattr(value, "tolist"):  # torch.Tensor
-        return _jsonable(value.tolist())
-    return value
-
-
-def _defaults():
-    import inspect
-
-    tmod = importlib.import_module("whisper.transcribe")
-    return inspect.signature(tmod.transcribe).parameters
-
-
-def _thresholds(options):
-    params = _defaults()
-    names = ("compression_ratio_threshold", "logprob_threshold", "no_speech_threshold")
-    return {k: options.get(k, params[k].default) for k in names}
-
-
-def _ladder(options):
-    t = options.get("temperature", _defaults()["temperature"].default)
-    return [t] if isinstance(t, (int, float)) else list(t)
-
-
 def run_scenario(model, scenario: dict):
     """One transcription with captures. Returns (meta, arrays by name) ready to write."""
     import numpy as np
@@ -557,7 +354,7 @@ def run_scenario(model, scenario: dict):
         raise CaptureError(f"{capture.stray_logits} Inference.logits calls outside a decode call")
     mel = capture.mel[0].to(torch.float32).numpy().T.copy()  # (frames, n_mels), as mlx-whisper lays it out
 
-    thresholds, ladder = _thresholds(options), _ladder(options)
+    thresholds, ladder = common.transcribe_defaults(tmod.transcribe, options)
     decode_calls, rows, tokens, encoder = [], [], [], []
     for index, call in enumerate(capture.calls):
         if len(call["features"]) != 1 or len(call["loop_tokens"]) != 1:
@@ -589,36 +386,20 @@ def run_scenario(model, scenario: dict):
         if tuple(features.shape) != (1, dims.n_audio_ctx, dims.n_audio_state):
             raise CaptureError(f"decode call {index}: encoder output has shape {tuple(features.shape)}")
 
-        needs_fallback, reasons = _fallback(result, thresholds)
-        previous = decode_calls[-1] if decode_calls else None
-        same_window = previous is not None and previous["seek"] == call["window"].get("seek")
-        attempt = previous["attempt"] + 1 if same_window and previous["needs_fallback"] else 0
-        kept = not needs_fallback or attempt == len(ladder) - 1
-        # Per member (beam row), the tokens it held after each step, up to (not incl.) the
-        # first EOT: what the in-tree recorder collects from its observer.
+        # Per member (beam row), the tokens it held after each step, cut at the first EOT: what
+        # the in-tree recorder collects from its observer.
         members = [[int(t) for t in column] for column in chosen.T]
         decode_calls.append(
-            {
-                "seek": call["window"].get("seek"),
-                "segment_frames": call["window"].get("segment_size"),
-                "attempt": attempt,
-                "temperature": float(call["temperature"]),
-                "batch": int(batch),
-                "initial_tokens": [int(t) for t in call["initial_tokens"]],
-                "n_steps": int(n_steps),
-                "row_offset": len(rows),
-                "lookahead_steps": 0,
-                "member_tokens": [m[: m.index(call["eot"])] if call["eot"] in m else m for m in members],
-                "tokens": [int(t) for t in result.tokens],
-                "text": result.text,
-                "avg_logprob": float(result.avg_logprob),
-                "compression_ratio": float(result.compression_ratio),
-                "no_speech_prob": float(result.no_speech_prob),
-                "needs_fallback": needs_fallback,
-                "fallback_reasons": reasons,
-                "kept": kept,
-                "skipped_as_silence": _skipped_as_silence(result, thresholds) if kept else None,
-            }
+            common.decode_call_entry(
+                call,
+                result,
+                decode_calls[-1] if decode_calls else None,
+                ladder,
+                thresholds,
+                _fallback(result, thresholds),
+                (batch, n_steps, len(rows), 0),
+                members,
+            )
         )
         for step in step_logits:  # step-major, then batch member
             rows.extend(step)
@@ -632,64 +413,16 @@ def run_scenario(model, scenario: dict):
 
     waveform_check = None
     if capture.waveforms:
-        with wave.open(scenario["audio"], "rb") as w:
-            pcm = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")
-        decoded = np.asarray(capture.waveforms[0])
-        waveform_check = decoded.shape == pcm.shape and np.array_equal(decoded, pcm.astype(np.float32) / 32768.0)
+        waveform_check = common.waveform_matches(scenario["audio"], np.asarray(capture.waveforms[0]))
 
-    eot = capture.calls[0]["eot"] if capture.calls else _eot(model, options)
-    keys = ("id", "seek", "start", "end", "text", "tokens", "temperature", "avg_logprob")
-    keys += ("compression_ratio", "no_speech_prob", "words")
-    meta = {
-        "rendered_prompt": None,
-        "prompt_ids": decode_calls[0]["initial_tokens"] if decode_calls else [],
-        "tokens": tokens,
-        "eos_ids": [int(eot)],
-        "arrays": ["mel", "encoder"],
-        "decode_calls": decode_calls,
-        "transcript": _jsonable(
-            {
-                "text": transcript["text"],
-                "language": transcript["language"],
-                "segments": [{k: s[k] for k in keys if k in s} for s in transcript["segments"]],
-            }
-        ),
-        "options": _jsonable(options),
-        "thresholds": thresholds,
-        "audio": {
-            "samples": int(np.asarray(capture.waveforms[0]).size) if capture.waveforms else None,
-            "mel_frames": int(mel.shape[0]),
-            "decoded_equals_wav_pcm": waveform_check,
-        },
+    eot = capture.calls[0]["eot"] if capture.calls else common.eot("whisper.tokenizer", model, options)
+    audio = {
+        "samples": int(np.asarray(capture.waveforms[0]).size) if capture.waveforms else None,
+        "mel_frames": int(mel.shape[0]),
+        "decoded_equals_wav_pcm": waveform_check,
     }
+    meta = common.scenario_meta(decode_calls, tokens, eot, transcript, options, thresholds, audio)
     return meta, {"logits": logits, "mel": mel, "encoder": encoder}
-
-
-def _eot(model, options):
-    tokenizer_mod = importlib.import_module("whisper.tokenizer")
-    tok = tokenizer_mod.get_tokenizer(
-        model.is_multilingual, num_languages=model.num_languages, language=options.get("language") or "en"
-    )
-    return tok.eot
-
-
-def _same(a, b) -> list[str]:
-    """Names of what differs between two runs of a scenario (bits, not values)."""
-    (meta_a, arrays_a), (meta_b, arrays_b) = a, b
-    differ = [name for name in arrays_a if arrays_a[name].tobytes() != arrays_b[name].tobytes()]
-    differ += [k for k in meta_a if json.dumps(meta_a[k], sort_keys=True) != json.dumps(meta_b.get(k), sort_keys=True)]
-    return differ
-
-
-# ---------------------------------------------------------------- main
-
-
-def _ffmpeg_version():
-    try:
-        out = subprocess.run(["ffmpeg", "-version"], capture_output=True, text=True, check=False)
-    except OSError:
-        return None
-    return out.stdout.splitlines()[0] if out.stdout else None
 
 
 def environment():
@@ -698,32 +431,18 @@ def environment():
     return {
         "mlx": None,  # no MLX here: PyTorch computes, the goldens are compared on tokens
         "torch": torch.__version__,
-        "openai-whisper": importlib.metadata.version("openai-whisper"),
-        "tiktoken": importlib.metadata.version("tiktoken"),
-        "numpy": importlib.metadata.version("numpy"),
+        **base.versions("openai-whisper", "tiktoken", "numpy"),
         "device": "cpu",
         "torch_threads": torch.get_num_threads(),
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "python": platform.python_version(),
-        "ffmpeg": _ffmpeg_version(),  # whisper.audio.load_audio decodes the WAV with it
-        "audio_loader": "whisper.audio.load_audio (ffmpeg)" if shutil.which("ffmpeg") else "in-process WAV PCM",
+        **common.audio_environment("whisper"),
     }
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--spec", required=True, type=Path)
-    parser.add_argument("--out", required=True, type=Path)
-    args = parser.parse_args()
-    spec = json.loads(args.spec.read_text())
-    try:
-        validate_spec(spec)
-    except SpecError as e:
-        print(f"oracle: {e}", file=sys.stderr)
-        sys.exit(2)
-
-    import numpy as np
-
+    args = base.path_parser("--spec", "--out").parse_args()
+    spec = spec_check.checked_spec(args.spec, validate_spec)
     try:
         model = load_openai_model(spec["model_dir"])
     except WeightsError as e:
@@ -733,31 +452,7 @@ def main():
     result = {"scenarios": {}}
     for scenario in spec["scenarios"]:
         sid = scenario["id"]
-        try:
-            first = run_scenario(model, scenario)
-            second = run_scenario(model, scenario)
-        except Exception as e:  # one scenario the oracle cannot run must not hide the others
-            result["scenarios"][sid] = {"error": f"{type(e).__name__}: {e}"}
-            print(f"oracle: {sid}: FAILED: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-            continue
-        # Determinism self-check: a second run must give the same bits, or the golden means nothing.
-        differ = _same(first, second)
-        if differ:
-            print(
-                f"oracle is not deterministic on scenario {sid}: two runs differ in {differ}; no golden written",
-                file=sys.stderr,
-            )
-            sys.exit(3)
-        meta, arrays = first
-        for name, array in arrays.items():
-            np.save(args.out / f"{sid}.{name}.npy", array, allow_pickle=False)
-        result["scenarios"][sid] = meta
-        print(
-            f"oracle: {sid}: {len(meta['decode_calls'])} decode calls, {len(meta['tokens'])} rows: "
-            f"{meta['transcript']['text']!r}",
-            file=sys.stderr,
-            flush=True,
-        )
+        common.record_scenario(result, args.out, sid, functools.partial(run_scenario, model, scenario))
     result["environment"] = environment()
     (args.out / "result.json").write_text(json.dumps(result, indent=2))
 

@@ -33,19 +33,9 @@ class FusedQuantizedKVCache(QuantizedKVCache):
         super().__init__(group_size=group_size, bits=bits)
         self.n_chunk = n_chunk
 
-    def quantized_attention(
-        self,
-        queries: mx.array,
-        q_keys: QuantizedArrays,
-        q_values: QuantizedArrays,
-        scale: float,
-        mask: mx.array | str | None,
-        group_size: int,
-        bits: int,
-    ) -> mx.array:
-        return fused_quantized_attention(
-            queries, q_keys, q_values, scale, mask, group_size=group_size, bits=bits, n_chunk=self.n_chunk
-        )
+    def quantized_attention(self, *args: Any, **kwargs: Any) -> mx.array:
+        """fused_quantized_attention (the stock attention's arguments) in tiles of `n_chunk` keys."""
+        return fused_quantized_attention(*args, **kwargs, n_chunk=self.n_chunk)
 
 
 def _quantize(x: mx.array, group_size: int, bits: int) -> QuantizedArrays:
