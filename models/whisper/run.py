@@ -92,6 +92,9 @@ class TranscriptionRecorder(TranscribeObserver):
     def on_mel(self, mel: mx.array) -> None:
         self.mel = np.array(mel.astype(mx.float32))
 
+    def on_restart(self) -> None:
+        self.encoder, self.logits, self.tokens, self.decode_calls, self._call = [], [], [], [], None
+
     def on_audio_features(self, audio_features: mx.array) -> None:
         if audio_features.shape[0] != 1:
             raise ValueError(f"recording expects one window per decode call, got {audio_features.shape[0]}")
