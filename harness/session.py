@@ -188,6 +188,12 @@ class ParitySession(GoldenLifecycle):
         return result
 
     def _session_check(self, profile: Profile, scenario: Scenario, check: str) -> CheckResult:
+        if check == "streamed_transcript":  # in-tree only: the stream against the (gated) batch run
+            from harness.checks.streamed import check_streamed
+
+            runner, spec = self.runner(profile), self.intree_spec(profile, scenario)
+            batch = self.intree(profile, scenario, "free")
+            return check_streamed(batch, lambda seconds: runner.run_streamed(spec, seconds), scenario.stream_chunks)
         golden = self.golden(profile, scenario).record  # writers judge the transcript only
         free = self.intree(profile, scenario, "free")
         if check == "writers":

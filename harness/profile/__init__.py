@@ -143,6 +143,9 @@ class Scenario:
     # Speech: options of the writers check (max_line_width, max_line_count, highlight_words,
     # max_words_per_line); they shape the written files, not the transcription (not hashed).
     writer_options: dict[str, Any] = field(default_factory=dict)
+    # Speech: seconds of samples per feed of the `streamed_transcript` check (omitted: 1, 7, 30);
+    # they judge the in-tree stream, not what the oracle computes (not hashed).
+    stream_chunks: list[float] | None = None
 
     @property
     def kind(self) -> str:

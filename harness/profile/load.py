@@ -189,6 +189,14 @@ def _check_profile(profile: Profile) -> None:
                 )
         if s.writer_options and "writers" not in profile.checks(s):
             raise ProfileError(f"{where}.writer_options: only meaningful with the writers check")
+        if s.stream_chunks is not None and "streamed_transcript" not in profile.checks(s):
+            raise ProfileError(f"{where}.stream_chunks: only meaningful with the streamed_transcript check")
+        if s.stream_chunks is not None and (not s.stream_chunks or any(c * 16000 < 1 for c in s.stream_chunks)):
+            raise ProfileError(
+                f"{where}.stream_chunks: expected seconds of at least one 16 kHz sample, got {s.stream_chunks}"
+            )
+        if "streamed_transcript" in profile.checks(s) and s.composition is not None:
+            raise ProfileError(f"{where}.checks: streamed_transcript streams the reference path, not a composition")
         if s.audio is not None:
             audio = (REPO_ROOT / s.audio).resolve()
             if Path(s.audio).is_absolute() or not audio.is_file():

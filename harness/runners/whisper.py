@@ -63,6 +63,28 @@ class WhisperRunner:
                 dict(spec["options"]) | {"seed": spec["seed"]},
                 forced=forced.extra.get("decode_calls") if forced is not None else None,
             )
+        return self._scenario_record(spec, out, mode)
+
+    def run_streamed(self, spec: dict[str, Any], chunk_seconds: float) -> ScenarioRecord:
+        """The scenario through `models.whisper.stream`, fed `chunk_seconds` of samples at a time
+        (the record's `extra["stream"]` says how many windows it decoded before `finish`)."""
+        from models.whisper.audio import SAMPLE_RATE
+        from models.whisper.run import streamed_transcribe_record
+
+        with progress.task(f"{self.label}{spec['id']} (streamed, {chunk_seconds:g} s chunks): in-tree transcribe"):
+            out = streamed_transcribe_record(
+                self.model_for(bool(spec["options"].get("fp16", False))),
+                self.model_dir,
+                spec["audio"],
+                dict(spec["options"]) | {"seed": spec["seed"]},
+                round(chunk_seconds * SAMPLE_RATE),
+            )
+        record = self._scenario_record(spec, out, "free")
+        record.extra["stream"] = out["stream"]
+        return record
+
+    @staticmethod
+    def _scenario_record(spec: dict[str, Any], out: dict[str, Any], mode: str) -> ScenarioRecord:
         calls = out["decode_calls"]
         return ScenarioRecord(
             scenario_id=spec["id"],

@@ -190,8 +190,41 @@ def log_mel_spectrogram(audio: str | Path | np.ndarray | mx.array, n_mels: int =
 
     spectrum = stft(audio, hanning(N_FFT))
     power = spectrum[:-1, :].abs().square()  # the last frame is dropped, as Whisper always has
-    mel = power @ mel_filters(n_mels).T
+    log_mel = log10_mel(power, n_mels)
+    return floored(log_mel, log_mel.max())
 
-    log_mel = mx.maximum(mel, 1e-10).log10()
-    log_mel = mx.maximum(log_mel, log_mel.max() - 8.0)
+
+def log10_mel(power: mx.array, n_mels: int) -> mx.array:
+    """`log10` of the clamped Mel energies of power-spectrum frames (before the floor)."""
+    mel = power @ mel_filters(n_mels).T
+    return mx.maximum(mel, 1e-10).log10()
+
+
+def floored(log_mel: mx.array, top: mx.array) -> mx.array:
+    """Whisper's 8-decade floor below the clip's loudest value `top`, then `(x + 4) / 4`.
+
+    Elementwise: any slice of frames, floored with the same `top`, gives the same bits."""
+    log_mel = mx.maximum(log_mel, top - 8.0)
     return (log_mel + 4.0) / 4.0
+
+
+def log10_mel_frames(signal: mx.array, start: int, stop: int, n_mels: int) -> mx.array:
+    """Frames `[start, stop)` of `log10_mel` over the centered STFT of `signal`, computed from
+    only the samples they cover (`signal` must reach sample `(stop - 1) * HOP_LENGTH + N_FFT // 2`).
+
+    The same ops as `log_mel_spectrogram` on the frames' own samples: frame i covers samples
+    `[i * HOP_LENGTH - N_FFT // 2, i * HOP_LENGTH + N_FFT // 2)`, the first frames reach into the
+    reflected head. Callers take at least two frames at once: a one-row Mel product is a
+    matrix-vector product, whose sums round differently.
+    """
+    half = N_FFT // 2
+    lo, hi = start * HOP_LENGTH - half, (stop - 1) * HOP_LENGTH + half
+    if hi > signal.size:
+        raise ValueError(f"frames up to {stop} need {hi} samples, the signal has {signal.size}")
+    if lo < 0:
+        piece = mx.concatenate([signal[1 : half + 1][::-1][lo:], signal[:hi]])  # the reflected head's tail
+    else:
+        piece = signal[lo:hi]
+    frames = mx.as_strided(piece, shape=[stop - start, N_FFT], strides=[HOP_LENGTH, 1])
+    power = mx.fft.rfft(frames * hanning(N_FFT)).abs().square()
+    return log10_mel(power, n_mels)

@@ -40,6 +40,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
+from models.whisper.audio import load_audio
 from models.whisper.decoding import DecodingResult, TemperatureSampler, decode
 from models.whisper.tokenizer import load_encoding
 from models.whisper.transcribe import DEFAULT_TEMPERATURES, ForcedCall, TranscribeObserver, should_skip, transcribe
@@ -91,6 +92,9 @@ class TranscriptionRecorder(TranscribeObserver):
 
     def on_mel(self, mel: mx.array) -> None:
         self.mel = np.array(mel.astype(mx.float32))
+
+    def on_restart(self) -> None:
+        self.encoder, self.logits, self.tokens, self.decode_calls, self._call = [], [], [], [], None
 
     def on_audio_features(self, audio_features: mx.array) -> None:
         if audio_features.shape[0] != 1:
@@ -175,20 +179,10 @@ def forced_calls_from_record(decode_calls: list[dict[str, Any]]) -> list[ForcedC
     ]
 
 
-def transcribe_record(
-    model: Any,
-    model_dir: str | Path,
-    audio_path: str | Path,
-    options: dict[str, Any],
-    forced: list[dict[str, Any]] | None = None,
-    *,
-    decode_fn: Callable[..., Any] = decode,
-    recorder_class: type[TranscriptionRecorder] | None = None,
-) -> dict[str, Any]:
-    """Transcribe `audio_path` with `model` (loaded from `model_dir`) and record every stage.
-
-    `decode_fn` runs each decode call (the fast path passes its own, with its model and a
-    recorder class that also keeps what it decided)."""
+def _prepare(
+    model: Any, model_dir: str | Path, options: dict[str, Any], recorder_class: type[TranscriptionRecorder] | None
+) -> tuple[dict[str, Any], int | None, Any, TranscriptionRecorder]:
+    """transcribe's options (a list of temperatures as a tuple), the seed, the encoding and a recorder."""
     options = dict(options)
     seed = options.pop("seed", None)
     if isinstance(options.get("temperature"), list):
@@ -198,21 +192,10 @@ def transcribe_record(
     thresholds = {name: options.get(name, default) for name, default in _THRESHOLD_DEFAULTS.items()}
     encoding = load_encoding(model_dir, model.num_languages, model.dims.n_vocab)
     recorder = (recorder_class or TranscriptionRecorder)(thresholds, ladder_length, encoding.eot_token)
-    forced_calls = forced_calls_from_record(forced) if forced is not None else None
+    return options, seed, encoding, recorder
 
-    if seed is not None:
-        mx.random.seed(seed)
-    result = transcribe(
-        model,
-        str(audio_path),
-        encoding,
-        observer=recorder,
-        sampler=TemperatureSampler(),
-        forced_calls=forced_calls,
-        decode_fn=decode_fn,
-        **options,
-    )
 
+def _record(model: Any, encoding: Any, recorder: TranscriptionRecorder, result: dict[str, Any]) -> dict[str, Any]:
     n_audio_ctx, n_audio_state = model.dims.n_audio_ctx, model.dims.n_audio_state
     encoder = np.stack(recorder.encoder) if recorder.encoder else np.zeros((0, n_audio_ctx, n_audio_state), np.float32)
     return {
@@ -228,3 +211,58 @@ def transcribe_record(
             "segments": [{key: seg[key] for key in SEGMENT_FIELDS if key in seg} for seg in result["segments"]],
         },
     }
+
+
+def transcribe_record(
+    model: Any,
+    model_dir: str | Path,
+    audio_path: str | Path,
+    options: dict[str, Any],
+    forced: list[dict[str, Any]] | None = None,
+    *,
+    decode_fn: Callable[..., Any] = decode,
+    recorder_class: type[TranscriptionRecorder] | None = None,
+) -> dict[str, Any]:
+    """Transcribe `audio_path` with `model` (loaded from `model_dir`) and record every stage.
+
+    `decode_fn` runs each decode call (the fast path passes its own, with its model and a
+    recorder class that also keeps what it decided)."""
+    options, seed, encoding, recorder = _prepare(model, model_dir, options, recorder_class)
+    forced_calls = forced_calls_from_record(forced) if forced is not None else None
+
+    if seed is not None:
+        mx.random.seed(seed)
+    result = transcribe(
+        model,
+        str(audio_path),
+        encoding,
+        observer=recorder,
+        sampler=TemperatureSampler(),
+        forced_calls=forced_calls,
+        decode_fn=decode_fn,
+        **options,
+    )
+    return _record(model, encoding, recorder, result)
+
+
+def streamed_transcribe_record(
+    model: Any, model_dir: str | Path, audio_path: str | Path, options: dict[str, Any], chunk_samples: int
+) -> dict[str, Any]:
+    """`transcribe_record`'s record of a `stream.StreamingTranscriber` fed the clip's samples in
+    chunks of `chunk_samples`, plus `stream`: windows decoded before `finish`, restarts, chunks."""
+    from models.whisper.stream import StreamingTranscriber
+
+    if chunk_samples <= 0:
+        raise ValueError(f"chunk_samples must be positive, got {chunk_samples}")
+    options, seed, encoding, recorder = _prepare(model, model_dir, options, None)
+    samples = np.array(load_audio(audio_path))
+    stream = StreamingTranscriber(model, encoding, seed=seed, observer=recorder, **options)
+    for offset in range(0, samples.size, chunk_samples):
+        stream.feed(samples[offset : offset + chunk_samples])
+    record = _record(model, encoding, recorder, stream.finish())
+    record["stream"] = {
+        "chunks": -(-samples.size // chunk_samples),
+        "windows_before_finish": stream.windows_before_finish,
+        "restarts": stream.restarts,
+    }
+    return record
