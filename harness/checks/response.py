@@ -42,9 +42,7 @@ def _sequence(name: str, golden: dict[str, Any], actual: dict[str, Any]) -> str 
         expected = _fields(stream[i]) if i < len(stream) else "(no chunk)"
         got = _fields(mine[i]) if i < len(mine) else "(no chunk)"
         if expected != got:
-            return (
-                f"{label}: streamed chunk {i} of {len(stream)} differs: oracle {expected!r} vs in-tree {got!r}"
-            )
+            return f"{label}: streamed chunk {i} of {len(stream)} differs: oracle {expected!r} vs in-tree {got!r}"
     if _fields(golden["whole"]) != _fields(actual.get("whole")):
         return (
             f"{label}: non-streaming message differs: oracle {_fields(golden['whole'])!r} "
@@ -54,15 +52,16 @@ def _sequence(name: str, golden: dict[str, Any], actual: dict[str, Any]) -> str 
 
 
 def check_response(golden: ScenarioRecord, actual: ScenarioRecord) -> CheckResult:
-    expected = golden.extra.get("response")
+    expected = golden.extra.get("server_response")
     if not expected:
         raise NothingComparedError("response: nothing to compare: the golden has no server response")
-    mine = actual.extra.get("response") or {}
+    mine = actual.extra.get("server_response") or {}
     pairs = [("generated", expected["generated"], mine.get("generated") or {})]
     theirs_ids = [f["id"] for f in expected["forced"]]
     mine_ids = [f["id"] for f in mine.get("forced", [])]
     if theirs_ids != mine_ids:
-        return CheckResult("response", False, f"response: forced sequences {mine_ids} in-tree, {theirs_ids} in the oracle")
+        problem = f"response: forced sequences {mine_ids} in-tree, {theirs_ids} in the oracle"
+        return CheckResult("response", False, problem)
     pairs += [(f["id"], f, m) for f, m in zip(expected["forced"], mine["forced"], strict=True)]
     for name, g, a in pairs:
         problem = _sequence(name, g, a)

@@ -47,6 +47,6 @@ def check_response_scenario(scenario, checks: list[str], oracle: str, where: str
     if scenario.response is None:
         return
     if scenario.messages is None or scenario.composition is not None:
-        raise ProfileError(f"{where}.response: only a chat scenario ('messages', no composition) is answered as a server")
+        raise ProfileError(f"{where}.response: only a chat scenario ('messages', no composition) is served")
     if oracle != "mlx-lm":
         raise ProfileError(f"{where}.response: judged against mlx-lm's server, not {oracle}")

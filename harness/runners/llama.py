@@ -100,7 +100,7 @@ class LlamaRunner:
         if spec.get("response") is not None:  # the `response` check: mlx-lm server's split of the tokens
             from harness.runners.response import intree_response
 
-            extra["response"] = intree_response(self.tokenizer, self.model_dir, spec, prompt_ids, tokens)
+            extra["server_response"] = intree_response(self.tokenizer, self.model_dir, spec, prompt_ids, tokens)
         return self._record(spec, mode, rendered, prompt_ids, tokens, rows, extra)
 
     def _greedy(

@@ -24,7 +24,8 @@ def intree_response(tokenizer: Any, model_dir: Path, spec: dict[str, Any], promp
         forced = []
         for item in spec["response"].get("forced", []):
             ids = tokenizer.encode(item["text"], add_special_tokens=False)
-            forced.append({"id": item["id"], "text": item["text"], "ids": ids} | builder.answer(prompt_ids, ids, len(ids)))
+            answer = builder.answer(prompt_ids, ids, len(ids))
+            forced.append({"id": item["id"], "text": item["text"], "ids": ids} | answer)
     except (TokenizerError, ValueError) as e:
         raise InTreeRunError(f"{spec['id']}: response: {e}") from None
     return {"generated": generated, "forced": forced}

@@ -9,7 +9,8 @@ Each value is typed by the tool's JSON schema for that parameter (the `tools` of
 the schema's types (`type`, a list of types, types implied by `enum` values, and those of
 `anyOf` / `oneOf` / `allOf`, recursively; none found, an unknown parameter or a schema that is
 not a mapping: string) are tried most specific first: integer, number, boolean, object/array
-(JSON, then a Python literal), string. The text `null` (any case) is None whatever the type; `none` and `nil` too where null is allowed.
+(JSON, then a Python literal), string. The text `null` (any case) is None whatever the type;
+`none` and `nil` too where null is allowed.
 A value no type accepts is JSON if it parses, else the text.
 """
 

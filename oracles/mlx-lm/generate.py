@@ -82,7 +82,7 @@ def run_scenario(model, tokenizer, scenario):
     if scenario.get("stop") == "eos":
         meta, logits = stop_as_stream_generate(model, tokenizer, scenario, prompt_ids, meta, logits)
     if scenario.get("response") is not None:  # the `response` check: mlx-lm's server over these tokens
-        meta["response"] = lm_response.response_record(model, tokenizer, scenario, prompt_ids, meta["tokens"])
+        meta["server_response"] = lm_response.response_record(model, tokenizer, scenario, prompt_ids, meta["tokens"])
     return meta, logits
 
 
