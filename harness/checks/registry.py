@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.checks.compare import ULP_BUCKETS, CheckResult, compare_array, compare_json, compare_steps
+from harness.checks.response import check_response
 from harness.checks.tokens import (
     compare_eos,
     compare_prompt,
@@ -107,6 +108,10 @@ _TABLE = (
           "bits", judge=_compiled_decode, rows=_every_step,
           failing_tests=("tests/test_compiled_decode.py::"
                          "test_compiled_decode_check_fails_through_the_session_on_a_perturbed_trace",)),
+    Check("response", "mlx-lm server's reasoning / content / tool_calls split, streamed chunks and whole",
+          "teacher_forced", (LLAMA,), "bits", judge=check_response,
+          failing_tests=("tests/test_response.py::test_response_fails_on_a_parser_that_reads_a_number_as_a_string",
+                         "tests/test_response.py::test_response_fails_when_a_forced_text_encodes_differently")),
     Check("mel", "the log-mel spectrogram", "free", (WHISPER,), "bits",
           judge=lambda g, a: compare_array("mel", g, a, "mel"), array="mel"),
     Check("encoder_output", "the audio encoder's output", "free", (WHISPER,), "bits",

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from harness.checks import registry
 from harness.errors import ProfileError
 from harness.paths import REPO_ROOT
+from harness.profile.response import ResponseSpec
 
 # Any check of the registry; which apply to a profile is checked against its implementation.
 CheckName = Literal[tuple(registry.CHECKS)]  # type: ignore[valid-type]
@@ -140,6 +141,9 @@ class Scenario:
     # `eos`: both sides stop as mlx-lm's stream_generate / generate do, at the first EOS id
     # (the EOS token included); omitted: both run every step, and EOS is judged where it falls.
     stop: Literal["eos"] | None = None
+    # The `response` check: mlx-lm's server split of the generated tokens and of forced texts
+    # into reasoning / content / tool_calls (harness/profile/response.py).
+    response: ResponseSpec | None = None
     # Speech: options of the writers check (max_line_width, max_line_count, highlight_words,
     # max_words_per_line); they shape the written files, not the transcription (not hashed).
     writer_options: dict[str, Any] = field(default_factory=dict)
@@ -367,6 +371,8 @@ class Profile:
         }
         if s.stop is not None:
             spec["stop"] = s.stop
+        if s.response is not None:
+            spec["response"] = s.response.spec()
         if s.turns is not None:
             spec = {k: v for k, v in spec.items() if k not in ("prompt", "messages")} | {"turns": s.turns}
         if s.batch is not None:

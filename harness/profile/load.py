@@ -16,6 +16,7 @@ from harness.checks import registry
 from harness.errors import ProfileError, UnknownModelError
 from harness.paths import REPO_ROOT, profiles_dir
 from harness.profile import INTREE_COMPOSITIONS, ORACLES_BY_IMPLEMENTATION, Profile
+from harness.profile.response import check_response_scenario
 from harness.runners.venvs import MLX_FREE_ORACLES
 
 
@@ -187,6 +188,7 @@ def _check_profile(profile: Profile) -> None:
                     f"{where}.checks: {bad} compare MLX bits, which {profile.oracle_of(s)} (PyTorch) does not "
                     f"compute; allowed: {registry.judged_on('tokens')}"
                 )
+        check_response_scenario(s, profile.checks(s), profile.oracle_of(s), where)
         if s.writer_options and "writers" not in profile.checks(s):
             raise ProfileError(f"{where}.writer_options: only meaningful with the writers check")
         if s.stream_chunks is not None and "streamed_transcript" not in profile.checks(s):

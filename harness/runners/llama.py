@@ -33,6 +33,7 @@ class LlamaRunner:
         if model_hook is not None:
             model_hook(self.model)  # tests perturb the model here to prove the gates fail
         self.label = label
+        self.model_dir = model_dir
 
     def encode(self, spec: dict[str, Any]) -> tuple[str | None, list[int]]:
         if spec.get("messages") is not None:
@@ -96,6 +97,10 @@ class LlamaRunner:
             extra = {}
         if stop is not None:  # stream_generate's words for why the run ended
             extra["finish_reason"] = "stop" if tokens and tokens[-1] in stop else "length"
+        if spec.get("response") is not None:  # the `response` check: mlx-lm server's split of the tokens
+            from harness.runners.response import intree_response
+
+            extra["server_response"] = intree_response(self.tokenizer, self.model_dir, spec, prompt_ids, tokens)
         return self._record(spec, mode, rendered, prompt_ids, tokens, rows, extra)
 
     def _greedy(

@@ -39,6 +39,7 @@ from mlx_lm.models.cache import RotatingKVCache, make_prompt_cache
 
 # oracles/common, by path: the oracle venv does not have this repository on sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
+import lm_response  # noqa: E402
 import lm_steps as steps  # noqa: E402
 import oracle_base as base  # noqa: E402
 
@@ -79,7 +80,9 @@ def run_scenario(model, tokenizer, scenario):
         "cache_types": sorted({type(c).__name__ for c in cache}),
     }
     if scenario.get("stop") == "eos":
-        return stop_as_stream_generate(model, tokenizer, scenario, prompt_ids, meta, logits)
+        meta, logits = stop_as_stream_generate(model, tokenizer, scenario, prompt_ids, meta, logits)
+    if scenario.get("response") is not None:  # the `response` check: mlx-lm's server over these tokens
+        meta["server_response"] = lm_response.response_record(model, tokenizer, scenario, prompt_ids, meta["tokens"])
     return meta, logits
 
 
