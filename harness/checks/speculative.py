@@ -76,7 +76,7 @@ def judge_speculative(golden: ScenarioRecord, actual: ScenarioRecord) -> CheckRe
     if len(got) != len(expected):
         return _fail(f"in-tree ran {len(got)} verify steps, the oracle {len(expected)}", len(expected))
     if actual.tokens != golden.tokens:
-        i = next((i for i, (e, x) in enumerate(zip(golden.tokens, actual.tokens)) if e != x), None)
+        i = next((i for i, (e, x) in enumerate(zip(golden.tokens, actual.tokens, strict=False)) if e != x), None)
         return _fail(f"final tokens differ (at token {i}; {len(golden.tokens)} vs {len(actual.tokens)} tokens)", i)
     if g_rows is None:
         digest = golden.array_digests.get(ARRAY)

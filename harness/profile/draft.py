@@ -69,7 +69,9 @@ def check_draft_scenario(profile: Any, s: Any, where: str) -> None:
     if used:
         raise ProfileError(f"{where}.draft: {used} are not options of the draft run (greedy, plain KV caches)")
     if profile.oracle_of(s) != "mlx-lm":
-        raise ProfileError(f"{where}.draft: judged against mlx-lm's speculative_generate_step, not {profile.oracle_of(s)}")
+        raise ProfileError(
+            f"{where}.draft: judged against mlx-lm's speculative_generate_step, not {profile.oracle_of(s)}"
+        )
     allowed = draft_checks()
     bad = [c for c in profile.checks(s) if c not in allowed]
     if bad or "speculative" not in profile.checks(s):

@@ -51,6 +51,8 @@ def run_draft(runner: Any, spec: dict[str, Any], forced: ScenarioRecord | None) 
         spec["draft"]["num_draft_tokens"],
         prefill_step_size=spec["prefill_step_size"],
     )
-    record = runner._record(spec, "free", rendered, prompt_ids, run.tokens, _rows(run.rows), {"step_info": run.step_info})
+    record = runner._record(
+        spec, "free", rendered, prompt_ids, run.tokens, _rows(run.rows), {"step_info": run.step_info}
+    )
     record.arrays["verify_logits"] = _rows(run.verify_rows)
     return record

@@ -64,7 +64,11 @@ def speculative_generate(
 ) -> SpeculativeRun:
     if not prompt_ids:
         raise ValueError("prompt_ids: need at least one token")
-    for name, value in (("n_tokens", n_tokens), ("num_draft_tokens", num_draft_tokens), ("prefill_step_size", prefill_step_size)):
+    for name, value in (
+        ("n_tokens", n_tokens),
+        ("num_draft_tokens", num_draft_tokens),
+        ("prefill_step_size", prefill_step_size),
+    ):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name}: must be a positive int, got {value!r}")
     if draft.config.vocab_size > target.config.vocab_size:

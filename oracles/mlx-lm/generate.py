@@ -266,8 +266,9 @@ def main():
         # Determinism self-check: a second run must give the same bits, or the golden means nothing.
         again_meta, again = run_scenario(model, tokenizer, scenario)
         arrays, again_arrays = meta.pop("_arrays", {}), again_meta.pop("_arrays", {})
-        if any(again_arrays[k].tobytes() != a.tobytes() for k, a in arrays.items()) or (arrays and again_meta != meta):
-            print(f"oracle is not deterministic on scenario {scenario['id']}: arrays or step info differ", file=sys.stderr)
+        differs = any(again_arrays[k].tobytes() != a.tobytes() for k, a in arrays.items())
+        if differs or (arrays and again_meta != meta):
+            print(f"oracle is not deterministic on {scenario['id']}: arrays or step info differ", file=sys.stderr)
             sys.exit(3)
         if again_meta["tokens"] != meta["tokens"] or again.tobytes() != logits.tobytes():
             differing = [i for i in range(len(logits)) if again[i].tobytes() != logits[i].tobytes()]

@@ -5,7 +5,6 @@ Design notes: docs/twins.md ("MiniCPM5-2B twins")."""
 from __future__ import annotations
 
 import dataclasses
-
 import json
 from pathlib import Path
 from typing import Any
