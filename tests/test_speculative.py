@@ -18,6 +18,11 @@ from harness.session import ParitySession
 MINI = "minicpm5-2b-mini"
 
 
+def _session(model: str, *scenario_ids: str) -> ParitySession:
+    """A session that makes (or reads) only these scenarios' goldens."""
+    return ParitySession(selected_scenarios={model: set(scenario_ids)})
+
+
 def _scenario(session: ParitySession, model: str, scenario_id: str):
     profile = session.profile(model)
     return profile, profile.scenario(scenario_id)
@@ -40,7 +45,7 @@ def test_accepted_count_is_the_leading_agreement() -> None:
 )
 def test_the_draft_goldens_are_always_rejected_or_always_accepted(model: str, scenario_id: str, expect: str) -> None:
     """What the scenarios claim, read from the oracle's record (not assumed)."""
-    session = ParitySession()
+    session = _session(model, scenario_id)
     profile, scenario = _scenario(session, model, scenario_id)
     golden = session.golden(profile, scenario).record
     steps = verify_steps(golden)
@@ -61,8 +66,9 @@ def test_the_draft_goldens_are_always_rejected_or_always_accepted(model: str, sc
 def test_an_acceptance_rule_off_by_one_fails_the_speculative_gate(monkeypatch: pytest.MonkeyPatch) -> None:
     """One draft accepted too many (the always-rejected draft) and one too few (the
     always-accepted one): the gate fails naming the verify step and the accepted count."""
-    session = ParitySession()
-    for scenario_id in ("spec-twin-k2", "spec-self-k5"):
+    ids = ("spec-twin-k2", "spec-self-k5")
+    session = _session(MINI, *ids)
+    for scenario_id in ids:
         profile, scenario = _scenario(session, MINI, scenario_id)
         assert session.run_check(profile, scenario, "speculative").passed
     rule = speculative.accepted_count
@@ -71,7 +77,7 @@ def test_an_acceptance_rule_off_by_one_fails_the_speculative_gate(monkeypatch: p
         "spec-self-k5": lambda t, d: max(rule(t, d) - 1, 0),
     }
     for scenario_id, off_by_one in cases.items():
-        session = ParitySession()
+        session = _session(MINI, *ids)
         monkeypatch.setattr(speculative, "accepted_count", off_by_one)
         profile, scenario = _scenario(session, MINI, scenario_id)
         result = session.run_check(profile, scenario, "speculative")
