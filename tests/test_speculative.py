@@ -132,3 +132,26 @@ BASE = {"id": "s", "prompt": "hi", "checks": ["greedy_tokens", "speculative"]}
 def test_bad_draft_scenarios_are_profile_errors_naming_the_key(tmp_path: Path, scenario: dict, message: str) -> None:
     with pytest.raises(ProfileError, match=message):
         load_profile(_profile_with(tmp_path, scenario))
+
+
+def test_two_draft_runs_must_agree_on_every_verify_row_and_step() -> None:
+    """The determinism self-check covers what only the draft record has (verify rows, steps)."""
+    import numpy as np
+
+    from harness.errors import NonDeterministicError
+    from harness.records import ScenarioRecord
+    from harness.session import check_deterministic
+
+    def record(verify: np.ndarray, accepted: int) -> ScenarioRecord:
+        info = [{"from_draft": False, "verify_step": 0, "drafted": 2, "accepted": accepted}]
+        return ScenarioRecord(
+            "s", None, [1], [2], np.zeros((1, 4), np.float32), [0],
+            arrays={"verify_logits": verify}, extra={"step_info": info},
+        )  # fmt: skip
+
+    rows = np.zeros((3, 4), np.float32)
+    check_deterministic("s", record(rows, 0), record(rows.copy(), 0))
+    with pytest.raises(NonDeterministicError, match="verify rows or steps differ"):
+        check_deterministic("s", record(rows, 0), record(rows, 1))
+    with pytest.raises(NonDeterministicError, match="verify rows or steps differ"):
+        check_deterministic("s", record(rows, 0), record(rows + np.float32(1e-30), 0))
