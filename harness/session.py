@@ -57,6 +57,14 @@ def check_deterministic(label: str, first: ScenarioRecord, second: ScenarioRecor
             )
     if len(first.tokens) != len(second.tokens):
         raise NonDeterministicError(f"in-tree implementation is not deterministic on {label}: run lengths differ")
+    verify = first.arrays.get("verify_logits")  # a draft run: every verify row and step, not only the kept rows
+    if verify is not None and (
+        verify.tobytes() != second.arrays["verify_logits"].tobytes()
+        or first.extra.get("step_info") != second.extra.get("step_info")
+    ):
+        raise NonDeterministicError(
+            f"in-tree implementation is not deterministic on {label}: the draft runs' verify rows or steps differ"
+        )
 
 
 @dataclass

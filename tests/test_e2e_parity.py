@@ -23,7 +23,15 @@ pytestmark = pytest.mark.slow
 
 # The scenarios each model's profile must carry (the issues' acceptance lists).
 REQUIRED_SCENARIOS = {
-    "smollm2-135m": {"plain", "chat", "chat-stops-at-eos", "multi-turn", "chunked-prefill"},
+    "smollm2-135m": {
+        "plain",
+        "chat",
+        "chat-stops-at-eos",
+        "multi-turn",
+        "chunked-prefill",
+        "spec-self-k2",
+        "spec-self-k5",
+    },
     "minicpm5-2b-mini": {
         "think-default",
         "think-on",
@@ -37,6 +45,8 @@ REQUIRED_SCENARIOS = {
         "rotating-kv",
         "cache-reuse",
         "batch-two-rows",
+        "spec-twin-k2",  # draft-model speculative decoding: every draft rejected
+        "spec-self-k5",  # ... and every draft accepted
     },
     "whisper-tiny-en": {
         "fox-greedy",

@@ -69,8 +69,8 @@ def module_taps() -> ModuleType:
 
 
 def can_localize(spec: dict[str, Any], oracle: str) -> bool:
-    """Single-segment language-model scenarios against an oracle that has a diagnose script."""
-    single = all(spec.get(k) is None for k in ("turns", "batch", "composition", "audio"))
+    """Single-segment language-model scenarios (no draft model) against an oracle with a diagnose script."""
+    single = all(spec.get(k) is None for k in ("turns", "batch", "composition", "audio", "draft"))
     return single and (oracles_dir() / oracle / "diagnose.py").is_file()
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from harness.checks.compare import ULP_BUCKETS, CheckResult, compare_array, compare_json, compare_steps
 from harness.checks.response import check_response
+from harness.checks.speculative import judge_speculative
 from harness.checks.tokens import (
     compare_eos,
     compare_prompt,
@@ -104,6 +105,9 @@ _TABLE = (
           failing_tests=("tests/test_gate_fails.py::test_a_run_that_does_not_stop_at_eos_fails_eos_stop",)),
     Check("draft_stats", "drafted / accepted counts of every step (L2 drafting)", "free", (LLAMA,), "bits",
           judge=_json("draft_stats", "drafted/accepted counts", lambda r: r.extra.get("step_info"))),
+    Check("speculative", "draft-model speculative decoding: every verify row, accepted counts, tokens, draft cache",
+          "free", (LLAMA,), "bits", judge=judge_speculative,
+          failing_tests=("tests/test_speculative.py::test_an_acceptance_rule_off_by_one_fails_the_speculative_gate",)),
     Check("compiled_decode", "the compiled single-token decode loop, every row and token", "compiled", (LLAMA,),
           "bits", judge=_compiled_decode, rows=_every_step,
           failing_tests=("tests/test_compiled_decode.py::"
@@ -160,6 +164,11 @@ def get(name: str) -> Check:
 def of(implementation: str) -> list[str]:
     """The checks a profile of this implementation may name, in table order."""
     return [c.name for c in _TABLE if implementation in c.implementations]
+
+
+def of_run(implementation: str, run: str) -> list[str]:
+    """The checks of this implementation that judge this in-tree run ("free", ...)."""
+    return [c.name for c in _TABLE if implementation in c.implementations and c.run == run]
 
 
 def defaults() -> list[str]:

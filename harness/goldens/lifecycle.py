@@ -17,6 +17,7 @@ from typing import Any
 from filelock import FileLock
 
 from harness import HARNESS_VERSION
+from harness.artifacts.draft import with_draft_dir
 from harness.artifacts.files import sha256_file
 from harness.errors import GoldenError, HarnessError, OracleError, OracleVersionError
 from harness.goldens.calibration import CalibrationRecord, golden_identity, read_record
@@ -62,7 +63,9 @@ def oracle_spec(profile: Profile, scenario: Scenario) -> dict[str, Any]:
 
 
 def runnable_spec(spec: dict[str, Any]) -> dict[str, Any]:
-    """The spec as a runner needs it: an audio path made absolute (the hash keeps it relative)."""
+    """The spec as a runner needs it: an audio path made absolute (the hash keeps it relative),
+    a draft model resolved to its directory."""
+    spec = with_draft_dir(spec)
     if spec.get("audio"):
         return spec | {"audio": str(REPO_ROOT / spec["audio"])}
     return spec

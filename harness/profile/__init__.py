@@ -120,6 +120,8 @@ class Scenario:
     options: dict[str, Any] = field(default_factory=dict)
     seed: int | None = None
     composition: dict[str, Any] | None = None
+    # Draft-model speculative decoding (harness/profile/draft.py): {num_draft_tokens, artifact}.
+    draft: dict[str, Any] | None = None
     tier: Literal["L1", "L2"] | None = None
     oracle: OracleName | None = None
     # Run only on these backends; elsewhere its checks are collected as SKIPPED with the reason
@@ -379,6 +381,8 @@ class Profile:
             spec = {k: v for k, v in spec.items() if k not in ("prompt", "messages")} | {"batch": s.batch}
         if s.composition is not None:
             spec["composition"] = s.composition
+        if s.draft is not None:
+            spec["draft"] = s.draft
         return spec
 
     def scenario_hash(self, s: Scenario) -> str:

@@ -17,6 +17,7 @@ from harness.errors import ProfileError, UnknownModelError
 from harness.paths import REPO_ROOT, profiles_dir
 from harness.profile import INTREE_COMPOSITIONS, ORACLES_BY_IMPLEMENTATION, Profile
 from harness.profile.response import check_response_scenario
+from harness.profile.draft import check_draft_scenario
 from harness.runners.venvs import MLX_FREE_ORACLES
 
 
@@ -169,6 +170,7 @@ def _check_profile(profile: Profile) -> None:
                 f"{where}.checks: compiled_decode with {' and '.join(eager_only)}: that cache is not compiled, "
                 "the run would be the eager loop judged twice; drop the check or the option"
             )
+        check_draft_scenario(profile, s, where)
         if "draft_stats" in profile.checks(s) and (s.composition or {}).get("kind") != "ngram_draft":
             raise ProfileError(f"{where}.checks: draft_stats needs a composition of kind 'ngram_draft'")
         if s.composition is not None and speech and not profile.intree_composition(s):

@@ -59,6 +59,10 @@ class LlamaRunner:
         )
         if spec.get("turns") is not None:
             return self._run_turns(spec, forced, mode)
+        if spec.get("draft") is not None:
+            from harness.runners.speculative import run_draft
+
+            return run_draft(self, spec, forced)
         if spec.get("batch") is not None:
             return self._run_batch(spec, forced, mode)
         rendered, prompt_ids = self.encode(spec)

@@ -40,6 +40,7 @@ from mlx_lm.models.cache import RotatingKVCache, make_prompt_cache
 # oracles/common, by path: the oracle venv does not have this repository on sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
 import lm_response  # noqa: E402
+import lm_speculative as speculative  # noqa: E402
 import lm_steps as steps  # noqa: E402
 import oracle_base as base  # noqa: E402
 
@@ -63,6 +64,8 @@ def run_scenario(model, tokenizer, scenario):
         return run_batch(model, tokenizer, scenario)
     if scenario["kind"] == "chat" and "turns" in scenario:
         return run_chat_turns(model, tokenizer, scenario)
+    if scenario.get("draft"):
+        return run_draft(model, tokenizer, scenario)
     rendered, prompt_ids = encode_prompt(tokenizer, scenario)
     cache = make_cache(model, scenario)
     # Greedy, no stop on EOS: the logits of every step are compared, EOS is judged separately.
@@ -84,6 +87,18 @@ def run_scenario(model, tokenizer, scenario):
     if scenario.get("response") is not None:  # the `response` check: mlx-lm's server over these tokens
         meta["server_response"] = lm_response.response_record(model, tokenizer, scenario, prompt_ids, meta["tokens"])
     return meta, logits
+
+
+def run_draft(model, tokenizer, scenario):
+    """speculative_generate_step with a draft model (oracles/common/lm_speculative.py)."""
+    rendered, prompt_ids = encode_prompt(tokenizer, scenario)
+    tokens, rows, verify, step_info, prefill_calls = speculative.run_speculative(model, prompt_ids, scenario, load)
+    return steps.step_record(rendered, prompt_ids, tokens, tokenizer, rows) | {
+        "prefill_calls": prefill_calls,
+        "step_info": step_info,
+        "arrays": ["verify_logits"],
+        "_arrays": {"verify_logits": steps.stack_rows(verify)},
+    }, steps.stack_rows(rows)
 
 
 def stop_as_stream_generate(model, tokenizer, scenario, prompt_ids, meta, logits):
@@ -253,6 +268,11 @@ def main():
             continue
         # Determinism self-check: a second run must give the same bits, or the golden means nothing.
         again_meta, again = run_scenario(model, tokenizer, scenario)
+        arrays, again_arrays = meta.pop("_arrays", {}), again_meta.pop("_arrays", {})
+        differs = any(again_arrays[k].tobytes() != a.tobytes() for k, a in arrays.items())
+        if differs or (arrays and again_meta != meta):
+            print(f"oracle is not deterministic on {scenario['id']}: arrays or step info differ", file=sys.stderr)
+            sys.exit(3)
         if again_meta["tokens"] != meta["tokens"] or again.tobytes() != logits.tobytes():
             differing = [i for i in range(len(logits)) if again[i].tobytes() != logits[i].tobytes()]
             print(
@@ -262,6 +282,8 @@ def main():
             )
             sys.exit(3)
         np.save(args.out / f"{scenario['id']}.logits.npy", logits, allow_pickle=False)
+        for name, array in arrays.items():
+            np.save(args.out / f"{scenario['id']}.{name}.npy", array, allow_pickle=False)
         result["scenarios"][scenario["id"]] = meta
         print(f"oracle: {scenario['id']}: {len(meta['tokens'])} steps", file=sys.stderr, flush=True)
     result["environment"] = base.mlx_environment("mlx", "mlx-lm", "transformers")

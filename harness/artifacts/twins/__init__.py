@@ -24,7 +24,13 @@ import numpy as np
 import tokenizers
 
 from harness.artifacts.family import detect_family
-from harness.artifacts.twins.minicpm5 import MINICPM5_2B, MINICPM5_2B_BF16, MINICPM5_2B_MINI, MINICPM5_2B_MINI_BF16
+from harness.artifacts.twins.minicpm5 import (
+    MINICPM5_2B,
+    MINICPM5_2B_BF16,
+    MINICPM5_2B_MINI,
+    MINICPM5_2B_MINI_BF16,
+    MINICPM5_2B_MINI_DRAFT,
+)
 from harness.artifacts.twins.spec import LlamaShape, QuantSettings, TwinSpec
 from harness.artifacts.twins.whisper import WHISPER_TWINS, WhisperTwinSpec
 
@@ -35,7 +41,14 @@ TWIN_FILE = "twin.json"
 
 TWINS: dict[str, TwinSpec | WhisperTwinSpec] = {
     spec.twin_id: spec
-    for spec in (MINICPM5_2B, MINICPM5_2B_BF16, MINICPM5_2B_MINI, MINICPM5_2B_MINI_BF16, *WHISPER_TWINS)
+    for spec in (
+        MINICPM5_2B,
+        MINICPM5_2B_BF16,
+        MINICPM5_2B_MINI,
+        MINICPM5_2B_MINI_BF16,
+        MINICPM5_2B_MINI_DRAFT,
+        *WHISPER_TWINS,
+    )
 }
 
 __all__ = [

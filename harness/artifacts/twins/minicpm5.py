@@ -4,6 +4,7 @@ Design notes: docs/twins.md ("MiniCPM5-2B twins")."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -189,6 +190,14 @@ MINICPM5_2B_MINI_BF16 = _spec(
     seed=50_003,
     shape=MINICPM5_2B_MINI_SHAPE,
     float_dtype="bfloat16",
+)
+# A smaller twin of the same tokenizer with other seeded weights: a draft model for the mini
+# twin's speculative-decoding scenarios that (random against random) is always rejected.
+MINICPM5_2B_MINI_DRAFT = _spec(
+    "minicpm5-2b-mini-draft",
+    "a 2-layer MiniCPM5 twin (the mini twin's vocabulary and dims, other seed): a draft model",
+    seed=50_004,
+    shape=dataclasses.replace(MINICPM5_2B_MINI_SHAPE, num_hidden_layers=2),
 )
 # The full-size twin in bfloat16 (the real artifact's likely dtype): for the GPU, where half
 # precision is fast and mlx-optiq's fused quantized SDPA activates.

@@ -1,0 +1,81 @@
+"""A scenario's `draft` (draft-model speculative decoding, judged at L1 against mlx-lm's
+speculative_generate_step): its keys, and which checks such a scenario may name.
+
+    draft:
+      num_draft_tokens: 2        # drafts per verify step (mlx-lm's num_draft_tokens), >= 1
+      artifact: target           # the target itself as its own draft: every draft accepted
+      # or a pinned artifact mapping (the profile `artifact` keys: hub + twin, pypi-gguf, ...)
+      # whose model shares the target's tokenizer
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from harness.errors import ProfileError
+
+
+def draft_checks() -> list[str]:
+    """What a draft scenario's checks may be: the Llama checks of the free run (the per-token
+    rows, tokens, the speculative gate); never teacher forcing (the draft decides what is fed)
+    nor the compiled single-token decode."""
+    from harness.checks import registry
+
+    return registry.of_run(registry.LLAMA, "free")
+
+
+def draft_artifact(draft: dict[str, Any], where: str) -> Any:
+    """The draft's ArtifactSpec (None for `artifact: target`), validated."""
+    from harness.profile import ArtifactSpec
+
+    artifact = draft.get("artifact")
+    if artifact == "target":
+        return None
+    if not isinstance(artifact, dict):
+        raise ProfileError(f"{where}.artifact: expected 'target' or a pinned artifact mapping, got {artifact!r}")
+    names = {f.name for f in dataclasses.fields(ArtifactSpec)}
+    unknown = sorted(set(artifact) - names)
+    if unknown or "source" not in artifact:
+        raise ProfileError(f"{where}.artifact: unknown key(s) {unknown} or no 'source'; allowed: {sorted(names)}")
+    spec = ArtifactSpec(**artifact)
+    spec.validate(f"{where}.artifact")
+    return spec
+
+
+def validate_draft(draft: Any, where: str) -> None:
+    where = f"{where}.draft"
+    if not isinstance(draft, dict):
+        raise ProfileError(f"{where}: expected a mapping with num_draft_tokens and artifact, got {draft!r}")
+    unknown = sorted(set(draft) - {"num_draft_tokens", "artifact"})
+    if unknown:
+        raise ProfileError(f"{where}: unknown key(s) {unknown}; allowed: ['artifact', 'num_draft_tokens']")
+    k = draft.get("num_draft_tokens")
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ProfileError(f"{where}.num_draft_tokens: expected an int >= 1, got {k!r}")
+    draft_artifact(draft, where)
+
+
+def check_draft_scenario(profile: Any, s: Any, where: str) -> None:
+    """A draft scenario: a plain or chat prompt, judged at L1 by mlx-lm, with DRAFT_CHECKS only."""
+    if s.draft is None:
+        if "speculative" in profile.checks(s):
+            raise ProfileError(f"{where}.checks: speculative needs a 'draft' scenario")
+        return
+    validate_draft(s.draft, where)
+    if s.kind not in ("plain", "chat") or s.turns or s.composition or s.stop:
+        raise ProfileError(f"{where}.draft: drafts a single plain or chat prompt (no turns, batch, composition, stop)")
+    used = [k for k in ("forced_prefix", "kv_bits", "max_kv_size") if getattr(s, k) is not None]
+    if used:
+        raise ProfileError(f"{where}.draft: {used} are not options of the draft run (greedy, plain KV caches)")
+    if profile.oracle_of(s) != "mlx-lm":
+        raise ProfileError(
+            f"{where}.draft: judged against mlx-lm's speculative_generate_step, not {profile.oracle_of(s)}"
+        )
+    allowed = draft_checks()
+    bad = [c for c in profile.checks(s) if c not in allowed]
+    if bad or "speculative" not in profile.checks(s):
+        raise ProfileError(
+            f"{where}.checks: a draft scenario names 'speculative' and only {allowed}; "
+            f"{bad or 'speculative missing'} (teacher forcing and the compiled decode do not apply)"
+        )
