@@ -93,9 +93,7 @@ def test_detokenize_fails_on_an_in_tree_stream_that_drops_a_byte(monkeypatch: py
     def dropping(model_dir, tokenizer):
         stream = stream_for(model_dir, tokenizer)
         table = gpt2_byte_of_char()
-        stream.token_strings = [
-            s[:-1] if s and table.get(s[-1], 0) & 0xC0 == 0x80 else s for s in stream.token_strings
-        ]
+        stream.token_strings = [s[:-1] if s and table.get(s[-1], 0) & 0xC0 == 0x80 else s for s in stream.token_strings]
         return stream
 
     monkeypatch.setattr(detokenize, "stream_for", dropping)

@@ -196,7 +196,9 @@ class LlamaRunner:
         if self._stream is None:
             self._stream = stream_for(self.model_dir, self.tokenizer)
         stop = set(self.tokenizer.eos_token_ids) if spec.get("stop") == "eos" else set()
-        segments = next((extra[k] for k in ("turns", "rows") if k in extra), [{"row_offset": 0, "n_steps": len(tokens)}])
+        segments = next(
+            (extra[k] for k in ("turns", "rows") if k in extra), [{"row_offset": 0, "n_steps": len(tokens)}]
+        )
         out = []
         for segment in segments:
             seg = tokens[segment["row_offset"] : segment["row_offset"] + segment["n_steps"]]
