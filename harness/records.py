@@ -27,7 +27,7 @@ from harness.errors import RecordError
 # Keys of a record's `extra` whose list describes its segments, and how a row names one.
 SEGMENT_KEYS = {"turns": "turn", "rows": "batch row", "decode_calls": "decode call"}
 # Everything besides tokens and tensors that a generator reports and the gates judge.
-EXTRA_KEYS = (*SEGMENT_KEYS, "transcript", "step_info", "finish_reason", "server_response")
+EXTRA_KEYS = (*SEGMENT_KEYS, "transcript", "step_info", "finish_reason", "server_response", "stream_text")
 
 
 @dataclass(frozen=True)

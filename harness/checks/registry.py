@@ -16,6 +16,7 @@ from typing import Any
 from harness.checks.compare import ULP_BUCKETS, CheckResult, compare_array, compare_json, compare_steps
 from harness.checks.response import check_response
 from harness.checks.speculative import judge_speculative
+from harness.checks.text import compare_stream_text
 from harness.checks.tokens import (
     compare_eos,
     compare_prompt,
@@ -103,6 +104,9 @@ _TABLE = (
     Check("eos_stop", "where generation stops", "free", (LLAMA,), "bits", True,
           lambda g, a: compare_eos("eos_stop", g, a), digest_tokens=True,
           failing_tests=("tests/test_gate_fails.py::test_a_run_that_does_not_stop_at_eos_fails_eos_stop",)),
+    Check("detokenize", "streamed text pieces, one per token, and the full decode (fed the golden's ids)",
+          "teacher_forced", (LLAMA,), "tokens", True, compare_stream_text,
+          failing_tests=("tests/test_detokenize.py::test_detokenize_fails_on_an_in_tree_stream_that_drops_a_byte",)),
     Check("draft_stats", "drafted / accepted counts of every step (L2 drafting)", "free", (LLAMA,), "bits",
           judge=_json("draft_stats", "drafted/accepted counts", lambda r: r.extra.get("step_info"))),
     Check("speculative", "draft-model speculative decoding: every verify row, accepted counts, tokens, draft cache",

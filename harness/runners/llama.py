@@ -34,6 +34,7 @@ class LlamaRunner:
             model_hook(self.model)  # tests perturb the model here to prove the gates fail
         self.label = label
         self.model_dir = model_dir
+        self._stream = None
 
     def encode(self, spec: dict[str, Any]) -> tuple[str | None, list[int]]:
         if spec.get("messages") is not None:
@@ -195,7 +196,26 @@ class LlamaRunner:
         first = meta[0]
         return self._record(spec, mode, first["rendered_prompt"], first["prompt_ids"], tokens, rows, {key: meta})
 
+    def stream_text(self, spec: dict[str, Any], tokens: list[int], extra: dict[str, Any]) -> list[dict[str, Any]]:
+        """Per segment, the in-tree streaming detokenizer's pieces (as mlx-lm's stream_generate
+        hands them out) and the tokenizer's decode of the tokens it was given."""
+        from models.universal.detokenize import stream_for, stream_pieces
+
+        if self._stream is None:
+            self._stream = stream_for(self.model_dir, self.tokenizer)
+        stop = set(self.tokenizer.eos_token_ids) if spec.get("stop") == "eos" else set()
+        segments = next(
+            (extra[k] for k in ("turns", "rows") if k in extra), [{"row_offset": 0, "n_steps": len(tokens)}]
+        )
+        out = []
+        for segment in segments:
+            seg = tokens[segment["row_offset"] : segment["row_offset"] + segment["n_steps"]]
+            fed = next((i for i, t in enumerate(seg) if t in stop), len(seg))
+            out.append({"pieces": stream_pieces(self._stream, seg, stop), "decoded": self.tokenizer.decode(seg[:fed])})
+        return out
+
     def _record(self, spec, mode, rendered, prompt_ids, tokens, rows, extra) -> ScenarioRecord:
+        extra = extra | {"stream_text": self.stream_text(spec, tokens, extra)}
         return ScenarioRecord(
             scenario_id=spec["id"],
             rendered_prompt=rendered,

@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
 import lm_response  # noqa: E402
 import lm_speculative as speculative  # noqa: E402
 import lm_steps as steps  # noqa: E402
+import lm_text  # noqa: E402
 import oracle_base as base  # noqa: E402
 
 encode_prompt = steps.encode_prompt
@@ -284,7 +285,9 @@ def main():
         np.save(args.out / f"{scenario['id']}.logits.npy", logits, allow_pickle=False)
         for name, array in arrays.items():
             np.save(args.out / f"{scenario['id']}.{name}.npy", array, allow_pickle=False)
-        result["scenarios"][scenario["id"]] = meta
+        # What stream_generate streams as text for these tokens, per segment (the detokenize check).
+        stop = tokenizer.eos_token_ids if scenario.get("stop") == "eos" else ()
+        result["scenarios"][scenario["id"]] = meta | lm_text.stream_text(tokenizer, meta, stop)
         print(f"oracle: {scenario['id']}: {len(meta['tokens'])} steps", file=sys.stderr, flush=True)
     result["environment"] = base.mlx_environment("mlx", "mlx-lm", "transformers")
     (args.out / "result.json").write_text(json.dumps(result, indent=2))

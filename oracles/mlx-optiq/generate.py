@@ -215,6 +215,7 @@ def run_child(spec_path, scenario_id, out):
         **extra,
         "environment": environment(),
     }
+    meta |= importlib.import_module("lm_text").stream_text(tokenizer, meta)  # the detokenize check
     (Path(out) / "meta.json").write_text(json.dumps(meta))
 
 
