@@ -16,8 +16,8 @@ from harness.checks import registry
 from harness.errors import ProfileError, UnknownModelError
 from harness.paths import REPO_ROOT, profiles_dir
 from harness.profile import INTREE_COMPOSITIONS, ORACLES_BY_IMPLEMENTATION, Profile
-from harness.profile.response import check_response_scenario
 from harness.profile.draft import check_draft_scenario
+from harness.profile.response import check_response_scenario
 from harness.runners.venvs import MLX_FREE_ORACLES
 
 

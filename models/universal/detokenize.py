@@ -236,6 +236,15 @@ def stream_for(model_dir: str | Path, tokenizer) -> TextStream:
         decoder = json.loads(path.read_text(encoding="utf-8")).get("decoder")
     except (OSError, json.JSONDecodeError) as e:
         raise TokenizerError(f"{path}: cannot read the tokenizer's decoder: {e}") from None
+    return stream_of_decoder(decoder, tokenizer)
+
+
+def stream_of(tokenizer) -> TextStream:
+    """The stream for a ChatTokenizer, its decoder read from the loaded tokenizer itself."""
+    return stream_of_decoder(json.loads(tokenizer.backend.to_str()).get("decoder"), tokenizer)
+
+
+def stream_of_decoder(decoder: object, tokenizer) -> TextStream:
     kind = stream_kind(decoder)
     if kind == "decode":
         return DecodeStream(tokenizer.decode, lambda text: tokenizer.encode(text, add_special_tokens=False))

@@ -3,9 +3,9 @@
 a chat completion (mlx-lm 0.32.2: its detokenizer, stop rule, text state machine and tool-call
 formatting; the semantics are restated here, nothing is imported from mlx-lm).
 
-- Text: a byte-level BPE streaming detokenizer. A token's text is held back while it ends in
-  an incomplete UTF-8 character or is a lone space; a leading space of the first text is
-  dropped. Generation ends at the first EOS id (not detokenized) or after `max_tokens`.
+- Text: the streaming detokenizer of the `detokenize` check (models/universal/detokenize.py,
+  mlx-lm's detokenizer semantics: a split UTF-8 character or a lone space is held back, the
+  first text loses a leading space). Generation ends at the first EOS id (not detokenized) or after `max_tokens`.
 - Split: states `normal`, `reasoning` and `tool`. `normal` -> `reasoning` on the think start
   marker, back on its end; `normal` and `reasoning` -> `tool` on the call start marker, back
   to `normal` on its end. Markers are matched on text and stripped; text that may still
@@ -24,85 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from models.universal.detokenize import stream_of
 from models.universal.errors import TokenizerError
 from models.universal.tool_calls import CALL_END, CALL_START, ToolCallError, parse_minicpm5
-
-
-def _byte_alphabet() -> dict[str, int]:
-    """GPT-2's printable stand-in character of every byte, reversed (character -> byte)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    table, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            table[chr(b)] = b
-        else:
-            table[chr(256 + extra)] = b
-            extra += 1
-    return table
-
-
-_BYTES = _byte_alphabet()
-
-
-class ByteLevelStream:
-    """Token ids -> text pieces, one per added token (possibly empty)."""
-
-    def __init__(self, pieces: Sequence[str]):
-        self.pieces = pieces
-        self.text = ""
-        self._pending = ""
-        self._emitted = 0
-
-    def _decode(self, chars: str) -> str:
-        out = bytearray()
-        for ch in chars:
-            b = _BYTES.get(ch)
-            if b:  # a NUL byte's stand-in counts as "not a byte" (is written as its UTF-8)
-                out.append(b)
-            else:
-                out.extend(ch.encode("utf-8"))
-        return out.decode("utf-8", "replace")
-
-    def _append(self, text: str) -> None:
-        if text.startswith(" ") and not self.text:
-            text = text[1:]
-        self.text += text
-
-    def add(self, token: int) -> None:
-        piece = self.pieces[token] if token < len(self.pieces) else "!"
-        self._pending += piece
-        text = self._decode(self._pending)
-        lone_space = len(piece) == 1 and _BYTES.get(piece) == 32
-        if not text.endswith("\ufffd") and not lone_space:
-            self._append(text)
-            self._pending = ""
-
-    def finish(self) -> None:
-        try:  # every character must be a byte's stand-in here (a KeyError otherwise, as mlx-lm's)
-            self._append(bytes(_BYTES[ch] for ch in self._pending).decode("utf-8", "replace"))
-        except KeyError as e:
-            raise TokenizerError(f"response: {self._pending!r} is not byte-level text ({e})") from None
-        self._pending = ""
-
-    def take(self) -> str:
-        piece = self.text[self._emitted :]
-        self._emitted = len(self.text)
-        return piece
-
-
-def byte_level_pieces(tokenizer: Any) -> list[str]:
-    """Every id's token string (added tokens as their content), as the detokenizer reads them."""
-    decoder = json.loads(tokenizer.backend.to_str()).get("decoder") or {}
-    if decoder.get("type") != "ByteLevel":
-        raise TokenizerError(
-            f"response: only a byte-level BPE decoder is streamed in-tree, this tokenizer's is {decoder.get('type')!r}"
-        )
-    size = tokenizer.backend.get_vocab_size(with_added_tokens=True)
-    pieces = [tokenizer.backend.id_to_token(i) for i in range(size)]
-    holes = [i for i, p in enumerate(pieces) if p is None]
-    if holes:
-        raise TokenizerError(f"response: token ids {holes[:5]} have no token string")
-    return pieces
 
 
 @dataclass
@@ -167,7 +91,7 @@ class ResponseBuilder:
     def __init__(self, tokenizer: Any, tools: list[dict] | None, parser: str | None):
         self.tokenizer = tokenizer
         self.tools = tools
-        self.pieces = byte_level_pieces(tokenizer)
+        self.stream = stream_of(tokenizer)  # the detokenize check's stream, as mlx-lm's server uses its detokenizer
         markers = tokenizer.think_markers
         self.think = markers
         self.think_ids = None
@@ -193,7 +117,8 @@ class ResponseBuilder:
     def texts(self, tokens: Sequence[int], max_tokens: int) -> list[tuple[str, int, str | None]]:
         """(text, token, finish reason) per response of the generation loop."""
         eos = self.tokenizer.eos_token_ids
-        stream = ByteLevelStream(self.pieces)
+        stream = self.stream
+        stream.reset()
         out: list[tuple[str, int, str | None]] = []
         token = None
         for n, token in enumerate(tokens[:max_tokens]):
@@ -202,11 +127,11 @@ class ResponseBuilder:
             stream.add(token)
             if n + 1 == max_tokens:
                 break
-            out.append((stream.take(), token, None))
+            out.append((stream.segment(), token, None))
         if token is None:
             raise ValueError("response: no tokens to answer with")
-        stream.finish()
-        out.append((stream.take(), token, "stop" if token in eos else "length"))
+        stream.finalize()
+        out.append((stream.segment(), token, "stop" if token in eos else "length"))
         return out
 
     def calls(self, texts: list[str], counter: list[int] | None) -> list[dict[str, Any]]:
