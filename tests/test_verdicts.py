@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.checks import registry
 from harness.paths import REPO_ROOT
 from tests.conftest import VALID_PROFILE, write_profile
 
@@ -55,12 +56,13 @@ def test_crashes_nan_and_teardown_errors_are_error_rows_and_block_the_signoff(is
     """One run: three checks crash (three kinds of exception), one puts NaN in its result, one
     passes and then its profile's teardown fails. Each is a row; the report is strict JSON."""
     write_profile(isolated)
+    last = f"chat/{registry.defaults()[-1]}"  # the profile is released after its last check
     faults = {
         "plain/decode_logits": "ValueError",
         "plain/greedy_tokens": "StopIteration",
         "chat/decode_logits": "ZeroDivisionError",
         "chat/prefill_logits": "nan",
-        "chat/eos_stop": "teardown:RuntimeError",
+        last: "teardown:RuntimeError",
     }
     out, data = _parity(isolated, faults)  # _parse refuses NaN / Infinity constants
     assert out.returncode == 1
@@ -72,7 +74,7 @@ def test_crashes_nan_and_teardown_errors_are_error_rows_and_block_the_signoff(is
     assert (
         nan["outcome"] == "failed" and nan["details"]["max_abs_diff"] == "NaN" and nan["details"]["inf"] == "-Infinity"
     )
-    outcome, summary = rows["chat/eos_stop"]
+    outcome, summary = rows[last]
     assert outcome == "error"
     assert summary.endswith("then teardown failed: RuntimeError: scripted RuntimeError while releasing tiny")
     assert data["verdict"] == "FAIL" and data["counts"] == {"passed": len(rows) - 5, "failed": 1, "error": 4}
