@@ -382,7 +382,9 @@ class Profile:
         if s.composition is not None:
             spec["composition"] = s.composition
         if s.draft is not None:
-            spec["draft"] = s.draft
+            from harness.profile.draft import draft_spec
+
+            spec["draft"] = draft_spec(s.draft, self.artifact)
         return spec
 
     def scenario_hash(self, s: Scenario) -> str:
