@@ -31,6 +31,8 @@ REQUIRED_SCENARIOS = {
         "chunked-prefill",
         "spec-self-k2",
         "spec-self-k5",
+        "spec-requant-k2",  # a draft that is its own weights requantized: mostly accepted
+        "spec-requant-k5",
     },
     "minicpm5-2b-mini": {
         "think-default",

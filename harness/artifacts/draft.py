@@ -1,5 +1,6 @@
 """A draft scenario's draft model, resolved like a profile's artifact (same pins, same
-integrity checks), and carried to both runners as `draft.model_dir` in the runnable spec."""
+integrity checks) or built from the target's own weights requantized, and carried to both
+runners as `draft.model_dir` in the runnable spec."""
 
 from __future__ import annotations
 
@@ -13,6 +14,11 @@ def with_draft_dir(spec: dict[str, Any]) -> dict[str, Any]:
     draft = spec.get("draft")
     if not draft or draft.get("artifact") == "target" or "model_dir" in draft:
         return spec
+    if "requantize" in draft:  # the target's own weights, requantized (harness/artifacts/requantize.py)
+        from harness.artifacts.requantize import requantized_draft
+
+        model_dir, _identity = requantized_draft(draft, f"{spec['id']}.draft")
+        return spec | {"draft": draft | {"model_dir": str(model_dir)}}
     from harness.artifacts import resolve
     from harness.artifacts.files import file_hashes
     from harness.profile.draft import draft_artifact

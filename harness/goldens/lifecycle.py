@@ -19,6 +19,7 @@ from filelock import FileLock
 from harness import HARNESS_VERSION
 from harness.artifacts.draft import with_draft_dir
 from harness.artifacts.files import sha256_file
+from harness.artifacts.requantize import requantized_provenance
 from harness.errors import GoldenError, HarnessError, OracleError, OracleVersionError
 from harness.goldens.calibration import CalibrationRecord, golden_identity, read_record
 from harness.goldens.store import Golden, GoldenStatus, GoldenStore
@@ -90,7 +91,7 @@ class GoldenLifecycle:
         common = {name: sha256_file(path) for name, path in common_sources(oracle).items()}
         if common:  # oracles/common modules the generator loads
             oracle_facts["common_sha256"] = common
-        return {
+        out = {
             "harness_version": HARNESS_VERSION,
             "tier": profile.tier_of(scenario),
             "oracle": oracle_facts,
@@ -98,6 +99,10 @@ class GoldenLifecycle:
             "artifact": self.artifact(profile).provenance(),
             "scenario_hash": profile.scenario_hash(scenario),
         }
+        draft = requantized_provenance(profile.scenario_spec(scenario))
+        if draft is not None:  # a draft built here from the target: its weights as built
+            out["draft"] = draft
+        return out
 
     def goldens(self, profile: Profile, regenerate: bool = False) -> dict[str, Golden]:
         """Load the profile's goldens, generating absent ones; stale ones only when asked."""

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from harness.checks import registry
 from harness.errors import ProfileError
 from harness.paths import REPO_ROOT
+from harness.profile.draft import draft_spec
 from harness.profile.response import ResponseSpec
 
 # Any check of the registry; which apply to a profile is checked against its implementation.
@@ -381,8 +382,7 @@ class Profile:
             spec = {k: v for k, v in spec.items() if k not in ("prompt", "messages")} | {"batch": s.batch}
         if s.composition is not None:
             spec["composition"] = s.composition
-        if s.draft is not None:
-            spec["draft"] = s.draft
+        spec |= {"draft": draft_spec(s.draft, self.artifact)} if s.draft is not None else {}
         return spec
 
     def scenario_hash(self, s: Scenario) -> str:

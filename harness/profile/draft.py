@@ -6,6 +6,9 @@ speculative_generate_step): its keys, and which checks such a scenario may name.
       artifact: target           # the target itself as its own draft: every draft accepted
       # or a pinned artifact mapping (the profile `artifact` keys: hub + twin, pypi-gguf, ...)
       # whose model shares the target's tokenizer
+      # or, instead of `artifact`, the target's own weights requantized (built once into the
+      # cache by harness/artifacts/requantize.py; the target must be an affine-quantized model):
+      requantize: {bits: 5, group_size: 64}   # mx.quantize's affine bits / group size
 """
 
 from __future__ import annotations
@@ -14,6 +17,31 @@ import dataclasses
 from typing import Any
 
 from harness.errors import ProfileError
+
+# The recipe of a `requantize` draft, in its scenario hash and cache key: bump it whenever
+# harness/artifacts/requantize.py would write other bytes for the same source and settings.
+REQUANTIZE_RECIPE = "dequantize-requantize-1"
+REQUANTIZE_BITS = (2, 3, 4, 5, 6, 8)  # mx.quantize's affine mode
+REQUANTIZE_GROUP_SIZES = (32, 64, 128)
+
+
+def draft_spec(draft: dict[str, Any], target: Any) -> dict[str, Any]:
+    """The draft as a scenario spec carries it: a `requantize` draft also names its source (the
+    target's pinned artifact) and the recipe, so a changed source or recipe changes the hash."""
+    if "requantize" not in draft:
+        return draft
+    source = {k: v for k, v in dataclasses.asdict(target).items() if v not in (None, False, [])}
+    return draft | {"source_artifact": source, "recipe": REQUANTIZE_RECIPE}
+
+
+def validate_requantize(recipe: Any, where: str) -> None:
+    where = f"{where}.requantize"
+    if not isinstance(recipe, dict) or set(recipe) != {"bits", "group_size"}:
+        raise ProfileError(f"{where}: expected a mapping {{bits, group_size}} (exactly these keys), got {recipe!r}")
+    for key, allowed in (("bits", REQUANTIZE_BITS), ("group_size", REQUANTIZE_GROUP_SIZES)):
+        value = recipe[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value not in allowed:
+            raise ProfileError(f"{where}.{key}: expected one of {list(allowed)} (mx.quantize affine), got {value!r}")
 
 
 def draft_checks() -> list[str]:
@@ -47,13 +75,22 @@ def validate_draft(draft: Any, where: str) -> None:
     where = f"{where}.draft"
     if not isinstance(draft, dict):
         raise ProfileError(f"{where}: expected a mapping with num_draft_tokens and artifact, got {draft!r}")
-    unknown = sorted(set(draft) - {"num_draft_tokens", "artifact"})
+    unknown = sorted(set(draft) - {"num_draft_tokens", "artifact", "requantize"})
     if unknown:
-        raise ProfileError(f"{where}: unknown key(s) {unknown}; allowed: ['artifact', 'num_draft_tokens']")
+        allowed = ["artifact", "num_draft_tokens", "requantize"]
+        raise ProfileError(f"{where}: unknown key(s) {unknown}; allowed: {allowed}")
     k = draft.get("num_draft_tokens")
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise ProfileError(f"{where}.num_draft_tokens: expected an int >= 1, got {k!r}")
-    draft_artifact(draft, where)
+    if ("artifact" in draft) == ("requantize" in draft):
+        raise ProfileError(
+            f"{where}: give exactly one of 'artifact' (a draft model) and 'requantize' "
+            "(the target's own weights requantized)"
+        )
+    if "requantize" in draft:
+        validate_requantize(draft["requantize"], where)
+    else:
+        draft_artifact(draft, where)
 
 
 def check_draft_scenario(profile: Any, s: Any, where: str) -> None:
