@@ -34,6 +34,7 @@ from harness.profile import Profile, Scenario
 from harness.profile.load import find_profile
 from harness.provenance import device_facts
 from harness.records import ScenarioRecord
+from harness.repeat import forced_run_repeats_free
 from harness.runners import InTreeRunner, ModelHook
 from harness.runners.llama import LlamaRunner
 from harness.runners.oracle import OracleRunner
@@ -155,8 +156,9 @@ class ParitySession(GoldenLifecycle):
             )
             forced = self._run(profile, spec, golden) if wants_forced else None
             # Fed the same tokens, two runs must agree bit for bit. When the free run followed the
-            # oracle's tokens, the teacher-forced run is exactly such a repeat; otherwise repeat it.
-            same_path = forced is not None and free.tokens == golden.tokens and free.extra.get("decode_calls") is None
+            # oracle's tokens (a speech run: its decode calls), the teacher-forced run is exactly
+            # such a repeat; otherwise repeat it (harness/repeat.py).
+            same_path = forced_run_repeats_free(free, forced, golden)
             repeat = forced if same_path else self._run(profile, spec, None, repeat=True)
             check_deterministic(f"{profile.name}/{scenario.id}", free, repeat)
             self._records[(profile.name, scenario.id, "free")] = free
