@@ -18,6 +18,7 @@ from harness.profile.vad import VAD_TIER, VadProfile, load_vad_profile
 from harness.provenance import device_facts
 from harness.report import ItemResult, peak_rss_mb
 from harness.session import ParitySession
+from harness.timing import clock, delta
 
 _SESSION_KEY = pytest.StashKey[ParitySession]()
 
@@ -108,6 +109,20 @@ class _VerdictItem(pytest.Item):
         self.user_properties.append(("parity", json.dumps(item.__dict__)))
 
     def runtest(self) -> None:
+        if hasattr(self.config, "workerinput"):  # an xdist worker: its clock's share goes with the result
+            before, calls = clock.totals(), dict(clock.calls)
+            try:
+                self._timed_runtest()
+            finally:
+                phases = {
+                    "seconds": delta(before, clock.totals()),
+                    "calls": {k: v - calls.get(k, 0) for k, v in clock.calls.items() if v > calls.get(k, 0)},
+                }
+                self.user_properties.append(("parity_phases", json.dumps(phases)))
+        else:
+            self._timed_runtest()
+
+    def _timed_runtest(self) -> None:
         started = time.perf_counter()
         try:
             result = self._judge()

@@ -34,6 +34,7 @@ from harness.pytest_items import (
 )
 from harness.report import ItemResult, build_report, peak_rss_mb, print_table, verdict, write_report
 from harness.session import model_provenance
+from harness.timing import breakdown, clock, format_breakdown
 
 _REMAINING_KEY = pytest.StashKey[dict[str, int]]()  # ParityItems left to run, per profile
 _STARTED_KEY = pytest.StashKey[dt.datetime]()
@@ -52,6 +53,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "L2: tier L2 (composed oracle or explained budget)")
     config.addinivalue_line("markers", "nightly: a scenario kept out of make test (-m 'not nightly')")
     config.stash[_STARTED_KEY] = dt.datetime.now(dt.UTC)
+    clock.reset()  # the time-to-verdict breakdown (harness/timing.py) counts from here
     config.pluginmanager.register(_Collector(), "parity-collector")
     capture = config.pluginmanager.getplugin("capturemanager")
     if capture is not None:
@@ -63,6 +65,12 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(
             f"unknown model(s) {unknown}: no profile in {profiles_dir()}; known models: {', '.join(known) or '(none)'}"
         )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection(session: pytest.Session):
+    with clock.phase("collection"):
+        yield
 
 
 @pytest.hookimpl(trylast=True)
@@ -184,6 +192,20 @@ class _Collector:
         self.rows: dict[str, ItemResult] = {}  # by node id, in arrival order
         self.expected: dict[str, None] = {}  # the collected parity items' node ids, in order
         self.report_line = ""
+        # Phase seconds and counts the xdist workers shipped with their items, and the item seconds.
+        self.worker_seconds: dict[str, float] = {}
+        self.worker_calls: dict[str, int] = {}
+        self.worker_item_seconds = 0.0
+        self.workers: set[str] = set()
+
+    def timing(self) -> dict:
+        """The run's time-to-verdict breakdown so far (this process's clock plus the workers')."""
+        seconds, calls = clock.totals(), dict(clock.calls)
+        for name, value in self.worker_seconds.items():
+            seconds[name] = seconds.get(name, 0.0) + value
+        for name, value in self.worker_calls.items():
+            calls[name] = calls.get(name, 0) + value
+        return breakdown(seconds, calls, clock.wall(), len(self.workers), self.worker_item_seconds)
 
     @property
     def results(self) -> list[ItemResult]:
@@ -208,6 +230,8 @@ class _Collector:
             for key, value in report.user_properties:
                 if key == "parity":
                     self.rows[report.nodeid] = ItemResult(**json.loads(value))
+                elif key == "parity_phases":
+                    self._add_worker_phases(report, json.loads(value))
         if not report.failed:
             return
         row = self.rows.get(report.nodeid)
@@ -218,11 +242,24 @@ class _Collector:
         elif report.when != "call":  # e.g. a teardown error after a recorded result
             row.outcome, row.summary = "error", f"{row.summary}; then {report.when} failed: {_short(report)}"
 
+    def _add_worker_phases(self, report: pytest.TestReport, phases: dict) -> None:
+        for name, value in phases["seconds"].items():
+            self.worker_seconds[name] = self.worker_seconds.get(name, 0.0) + value
+        for name, value in phases["calls"].items():
+            self.worker_calls[name] = self.worker_calls.get(name, 0) + value
+        self.worker_item_seconds += report.duration
+        self.workers.add(str(getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "worker")))
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         config = session.config
         if hasattr(config, "workerinput"):  # xdist worker: the controller reports
             return
+        with clock.phase("report"):
+            self._finish(session)
+
+    def _finish(self, session: pytest.Session) -> None:
+        config = session.config
         for nodeid in self.expected:
             if nodeid not in self.rows:
                 self.rows[nodeid] = _item_row(
@@ -245,6 +282,7 @@ class _Collector:
             "exit_status": int(session.exitstatus),
         }
         report = build_report(self.results, context, config.stash[_STARTED_KEY])
+        report["timing"] = self.timing()  # up to the report's own writing
         target = config.getoption("parity_report")
         try:
             path = write_report(report, Path(target) if target else None)
@@ -262,7 +300,8 @@ class _Collector:
             return
         if self.rows:
             terminalreporter.write_line("")
-            print_table(self.results)
+            with clock.phase("report"):
+                print_table(self.results)
         models = sorted({r.model for r in self.results} | set(_requested(config)))
         backend = device_facts().backend
         skipped = scoped_out(models)
@@ -272,3 +311,6 @@ class _Collector:
             terminalreporter.write_line(f"{model}: not run on this backend ({backend}): no scenario of it runs here")
         if self.report_line:
             terminalreporter.write_line(self.report_line, red=self.report_line.startswith("error"))
+        if self.rows:
+            for line in format_breakdown(self.timing()):
+                terminalreporter.write_line(line)

@@ -34,11 +34,13 @@ from harness.profile import Profile, Scenario
 from harness.profile.load import find_profile
 from harness.provenance import device_facts
 from harness.records import ScenarioRecord
+from harness.repeat import forced_run_repeats_free
 from harness.runners import InTreeRunner, ModelHook
 from harness.runners.llama import LlamaRunner
 from harness.runners.oracle import OracleRunner
 from harness.runners.venvs import oracle_pins_hash
 from harness.runners.whisper import WhisperRunner
+from harness.timing import clock, in_tree_phase
 
 
 def localize_enabled() -> bool:
@@ -109,7 +111,8 @@ class ParitySession(GoldenLifecycle):
 
     def artifact(self, profile: Profile) -> ResolvedArtifact:
         if profile.name not in self._artifacts:
-            self._artifacts[profile.name] = resolve_artifact(profile)
+            with clock.phase("artifact"):
+                self._artifacts[profile.name] = resolve_artifact(profile)
         return self._artifacts[profile.name]
 
     # -- goldens ---------------------------------------------------------------------------
@@ -121,9 +124,11 @@ class ParitySession(GoldenLifecycle):
             runners = {"universal-llama": LlamaRunner, "whisper": WhisperRunner}
             if profile.implementation not in runners:
                 raise HarnessError(f"{profile.name}: no in-tree runner for implementation {profile.implementation!r}")
-            self._runners[profile.name] = runners[profile.implementation](
-                self.artifact(profile).model_dir, self.model_hook, label=f"{profile.name}/"
-            )
+            model_dir = self.artifact(profile).model_dir
+            with clock.phase("in-tree load"):
+                self._runners[profile.name] = runners[profile.implementation](
+                    model_dir, self.model_hook, label=f"{profile.name}/"
+                )
         return self._runners[profile.name]
 
     def intree(self, profile: Profile, scenario: Scenario, mode: str) -> ScenarioRecord:
@@ -132,7 +137,11 @@ class ParitySession(GoldenLifecycle):
         if mode == "compiled":
             if key not in self._records:
                 spec = self.intree_spec(profile, scenario)
-                record, repeat = (self.runner(profile).run(spec, decode="compiled") for _ in range(2))
+                runner = self.runner(profile)
+                with clock.phase(in_tree_phase("compiled")):
+                    record = runner.run(spec, decode="compiled")
+                with clock.phase(in_tree_phase("compiled", repeat=True)):
+                    repeat = runner.run(spec, decode="compiled")
                 record.validate(f"in-tree record {profile.name}/{spec['id']} (compiled decode)")
                 check_deterministic(f"{profile.name}/{scenario.id} (compiled decode)", record, repeat)
                 self._records[key] = record
@@ -147,9 +156,10 @@ class ParitySession(GoldenLifecycle):
             )
             forced = self._run(profile, spec, golden) if wants_forced else None
             # Fed the same tokens, two runs must agree bit for bit. When the free run followed the
-            # oracle's tokens, the teacher-forced run is exactly such a repeat; otherwise repeat it.
-            same_path = forced is not None and free.tokens == golden.tokens and free.extra.get("decode_calls") is None
-            repeat = forced if same_path else self._run(profile, spec, None)
+            # oracle's tokens (a speech run: its decode calls), the teacher-forced run is exactly
+            # such a repeat; otherwise repeat it (harness/repeat.py).
+            same_path = forced_run_repeats_free(free, forced, golden)
+            repeat = forced if same_path else self._run(profile, spec, None, repeat=True)
             check_deterministic(f"{profile.name}/{scenario.id}", free, repeat)
             self._records[(profile.name, scenario.id, "free")] = free
             if forced is not None:
@@ -165,8 +175,12 @@ class ParitySession(GoldenLifecycle):
         edits = self.intree_spec_edits.get((profile.name, scenario.id), {})
         return runnable_spec(profile.scenario_spec(scenario) | edits)
 
-    def _run(self, profile: Profile, spec: dict[str, Any], forced: ScenarioRecord | None) -> ScenarioRecord:
-        record = self.runner(profile).run(spec, forced=forced)
+    def _run(
+        self, profile: Profile, spec: dict[str, Any], forced: ScenarioRecord | None, repeat: bool = False
+    ) -> ScenarioRecord:
+        runner = self.runner(profile)
+        with clock.phase(in_tree_phase("free" if forced is None else "teacher_forced", repeat)):
+            record = runner.run(spec, forced=forced)
         record.validate(f"in-tree record {profile.name}/{spec['id']} ({record.mode})")
         return record
 
@@ -187,7 +201,8 @@ class ParitySession(GoldenLifecycle):
             return self._session_check(profile, scenario, check)
         golden = self.golden(profile, scenario).record
         actual = self.intree(profile, scenario, spec.run)
-        result = registry.judge(check, golden, actual, lambda: self.full_golden(profile, scenario))
+        with clock.phase("judging"):
+            result = registry.judge(check, golden, actual, lambda: self.full_golden(profile, scenario))
         if not result.passed and spec.localized and result.first_bad_step is not None and localize_enabled():
             where = self.localize(profile, scenario, result.first_bad_step)
             if where is not None:
@@ -196,12 +211,21 @@ class ParitySession(GoldenLifecycle):
         return result
 
     def _session_check(self, profile: Profile, scenario: Scenario, check: str) -> CheckResult:
+        with clock.phase("judging"):  # the in-tree runs it asks for are their own phases
+            return self._session_judge(profile, scenario, check)
+
+    def _session_judge(self, profile: Profile, scenario: Scenario, check: str) -> CheckResult:
         if check == "streamed_transcript":  # in-tree only: the stream against the (gated) batch run
             from harness.checks.streamed import check_streamed
 
             runner, spec = self.runner(profile), self.intree_spec(profile, scenario)
             batch = self.intree(profile, scenario, "free")
-            return check_streamed(batch, lambda seconds: runner.run_streamed(spec, seconds), scenario.stream_chunks)
+
+            def streamed(seconds: float) -> ScenarioRecord:
+                with clock.phase(in_tree_phase("streamed")):
+                    return runner.run_streamed(spec, seconds)
+
+            return check_streamed(batch, streamed, scenario.stream_chunks)
         golden = self.golden(profile, scenario).record  # writers judge the transcript only
         free = self.intree(profile, scenario, "free")
         if check == "writers":
@@ -227,16 +251,19 @@ class ParitySession(GoldenLifecycle):
         """The first module whose output differs on the model call of `row` (memoized)."""
         key = (profile.name, scenario.id, row)
         if key not in self._localizations:
-            spec = runnable_spec(profile.scenario_spec(scenario))
-            oracle = profile.oracle_of(scenario)
-            if profile.implementation != "universal-llama" or not can_localize(spec, oracle):
-                self._localizations[key] = None
-            else:
-                golden = self.golden(profile, scenario).record
-                expected = oracle_module_outputs(oracle, self.artifact(profile).model_dir, spec, row)
-                actual = intree_module_outputs(self.runner(profile), self.intree_spec(profile, scenario), golden, row)
-                self._localizations[key] = first_divergence(expected, actual, row)
+            with clock.phase("localization"):
+                self._localizations[key] = self._localize(profile, scenario, row)
         return self._localizations[key]
+
+    def _localize(self, profile: Profile, scenario: Scenario, row: int) -> Localization | None:
+        spec = runnable_spec(profile.scenario_spec(scenario))
+        oracle = profile.oracle_of(scenario)
+        if profile.implementation != "universal-llama" or not can_localize(spec, oracle):
+            return None
+        golden = self.golden(profile, scenario).record
+        expected = oracle_module_outputs(oracle, self.artifact(profile).model_dir, spec, row)
+        actual = intree_module_outputs(self.runner(profile), self.intree_spec(profile, scenario), golden, row)
+        return first_divergence(expected, actual, row)
 
 
 def model_provenance(name: str) -> dict[str, Any]:

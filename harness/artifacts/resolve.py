@@ -35,6 +35,7 @@ from harness.errors import ArtifactError
 from harness.paths import cache_root
 from harness.profile import ArtifactSpec, Profile
 from harness.progress import progress
+from harness.timing import clock
 
 
 @dataclass(frozen=True)
@@ -232,7 +233,11 @@ def _seed_twin(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
         import mlx.core as mx
 
         # On the CPU whatever the default device: a twin's bytes must not depend on the machine.
-        with progress.task(f"building twin {spec.twin} as {spec.repo}@{spec.revision}"), mx.stream(mx.cpu):
+        with (
+            clock.phase("twin build"),
+            progress.task(f"building twin {spec.twin} as {spec.repo}@{spec.revision}"),
+            mx.stream(mx.cpu),
+        ):
             twins.build_twin(spec.twin, snapshot)  # atomic itself
             record_files(snapshot)
         (repo_dir / "refs").mkdir()
@@ -323,7 +328,7 @@ def _convert_once(
     target = cache_root() / "artifacts" / key
 
     def build() -> None:
-        with progress.task(f"converting {spec.file} to an MLX model directory"):
+        with clock.phase("artifact convert"), progress.task(f"converting {spec.file} to an MLX model directory"):
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=target.parent))
             try:

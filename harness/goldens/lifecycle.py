@@ -29,6 +29,7 @@ from harness.progress import progress
 from harness.provenance import device_facts, golden_key
 from harness.records import ScenarioRecord, array_sha256
 from harness.runners.venvs import MLX_FREE_ORACLES, common_sources, oracle_pins_hash
+from harness.timing import clock, oracle_phase
 
 
 def harness_commit() -> str:
@@ -111,7 +112,8 @@ class GoldenLifecycle:
         if profile.name in self._golden_errors and not regenerate:
             raise self._golden_errors[profile.name]
         try:
-            return self._load_goldens(profile, regenerate)
+            with clock.phase("goldens read"):  # the oracle's generation inside is its own phase
+                return self._load_goldens(profile, regenerate)
         except HarnessError as e:
             self._golden_errors[profile.name] = e
             raise
@@ -178,7 +180,8 @@ class GoldenLifecycle:
         artifact = self.artifact(profile)
         oracle = profile.oracle_of(scenarios[0])
         specs = [oracle_spec(profile, s) for s in scenarios]
-        environment, records, errors = self.oracle_runner(oracle).run(artifact.model_dir, specs)
+        with clock.phase(oracle_phase(oracle)):  # one generator process
+            environment, records, errors = self.oracle_runner(oracle).run(artifact.model_dir, specs)
         for scenario in scenarios:
             if scenario.id in errors:
                 self._scenario_errors[(profile.name, scenario.id)] = OracleError(
@@ -248,7 +251,10 @@ class GoldenLifecycle:
         logits = store.full_logits(compact)
         arrays = dict(golden.arrays)
         if logits is None or set(arrays) != set(golden.array_digests):
-            with progress.task(f"{profile.name}/{scenario.id}: regenerating the oracle's full vectors"):
+            with (
+                clock.phase(oracle_phase(profile.oracle_of(scenario))),
+                progress.task(f"{profile.name}/{scenario.id}: regenerating the oracle's full vectors"),
+            ):
                 environment, records, errors = self.oracle_runner(profile.oracle_of(scenario)).run(
                     self.artifact(profile).model_dir, [oracle_spec(profile, scenario)]
                 )

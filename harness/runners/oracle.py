@@ -15,6 +15,7 @@ from harness.progress import progress
 from harness.provenance import classify_blas, device_facts
 from harness.records import ScenarioRecord, read_generator_output
 from harness.runners.venvs import MLX_FREE_ORACLES, OracleEnv, check_same_mlx, ensure_oracle_env
+from harness.timing import clock
 
 
 class OracleRunner:
@@ -33,7 +34,8 @@ class OracleRunner:
     ) -> tuple[dict[str, Any], dict[str, ScenarioRecord], dict[str, str]]:
         """Generate oracle records for `specs`: (oracle environment, records by id, oracle errors by id)."""
         facts = device_facts()
-        check_same_mlx(self.env, facts.mlx)
+        with clock.phase("venv"):
+            check_same_mlx(self.env, facts.mlx)
         (cache_root() / "tmp").mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="oracle-", dir=cache_root() / "tmp") as tmp:
             work = Path(tmp)

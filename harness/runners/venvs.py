@@ -27,6 +27,7 @@ from filelock import FileLock
 from harness.errors import OracleError, OracleVersionError
 from harness.paths import cache_root, oracles_dir
 from harness.progress import progress
+from harness.timing import clock
 
 # The distributions whose versions identify an oracle interpreter.
 ORACLE_DISTRIBUTIONS = ("mlx", "mlx-lm", "mlx-whisper", "mlx-optiq", "transformers", "openai-whisper", "torch")
@@ -206,6 +207,12 @@ def pins_hash(
 
 
 def ensure_oracle_env(oracle: str) -> OracleEnv:
+    """Return the oracle's venv, building it first if its pins have no venv yet (timed as `venv`)."""
+    with clock.phase("venv"):
+        return _ensure_oracle_env(oracle)
+
+
+def _ensure_oracle_env(oracle: str) -> OracleEnv:
     """Return the oracle's venv, building it first if its pins have no venv yet.
 
     `MLX_PARITY_ORACLE_PYTHON` (+ `MLX_PARITY_ORACLE_PYTHONPATH`) names a prepared interpreter

@@ -11,6 +11,7 @@ from harness.errors import InTreeLoadError
 from harness.progress import progress
 from harness.records import ScenarioRecord
 from harness.runners import ModelHook
+from harness.timing import clock
 
 
 class WhisperRunner:
@@ -40,7 +41,8 @@ class WhisperRunner:
 
         if fp16 not in self._models:
             try:
-                model = load_model(self.model_dir, dtype=mx.float16 if fp16 else mx.float32)
+                with clock.phase("in-tree load"):
+                    model = load_model(self.model_dir, dtype=mx.float16 if fp16 else mx.float32)
             except ValueError as e:
                 raise InTreeLoadError(f"in-tree whisper cannot load {self.model_dir}: {e}") from None
             if self.model_hook is not None:

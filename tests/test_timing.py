@@ -1,0 +1,108 @@
+"""Time to a verdict (issue 18): a parity run's wall time, per phase, in the report and the terminal.
+
+The clock charges nested phases exclusively (an oracle run inside the goldens' loading inside
+a check's first call), so the rows sum to the wall time; a small run with the fake oracle and
+a fake in-tree side, through the real pytest plugin, shows the breakdown and its sum.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import timing
+from harness.records import ScenarioRecord
+from tests.conftest import write_profile
+from tests.fakes import FakeOracle, fake_session
+
+
+def test_nested_phases_are_charged_exclusively(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [100.0]
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: now[0])
+    clock = timing.PhaseClock()
+    now[0] += 1  # outside any phase: other
+    with clock.phase("goldens read"):
+        now[0] += 2
+        with clock.phase("oracle mlx-lm"):
+            now[0] += 10
+            with clock.phase("venv"):
+                now[0] += 3
+        now[0] += 4
+    with clock.phase("in-tree free"):
+        now[0] += 5
+    with clock.phase("in-tree free"):
+        now[0] += 1
+    now[0] += 0.5
+    seconds = clock.totals()
+    assert seconds == {"goldens read": 6, "oracle mlx-lm": 10, "venv": 3, "in-tree free": 6}
+    out = timing.breakdown(seconds, clock.calls, clock.wall())
+    rows = {r["phase"]: (r["seconds"], r["calls"]) for r in out["phases"]}
+    assert rows["other"] == (1.5, 0) and rows["in-tree free"] == (6, 2)
+    assert sum(r["seconds"] for r in out["phases"]) == out["wall_seconds"] == 26.5
+    assert [r["phase"] for r in out["phases"]][-2:] == ["oracle mlx-lm", "other"]  # listed in PHASES order
+    lines = timing.format_breakdown(out)
+    assert lines[0].startswith("time to verdict: 26.5 s wall") and any("oracle mlx-lm" in line for line in lines)
+
+
+class _SlowRunner:
+    """A fake in-tree side replaying the fake oracle, taking `delay` seconds per run."""
+
+    delay = 0.2
+
+    def run(self, spec, forced=None) -> ScenarioRecord:
+        counter, FakeOracle.counter = FakeOracle.counter, None
+        try:
+            _, records, _ = FakeOracle("mlx-lm").run(Path("."), [spec])
+        finally:
+            FakeOracle.counter = counter
+        time.sleep(self.delay)
+        record = records[spec["id"]]
+        record.mode = "teacher_forced" if forced is not None else "free"
+        return record
+
+
+class _FakeSessionPlugin:
+    def __init__(self, root: Path):
+        self.root = root
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_configure(self, config: pytest.Config) -> None:
+        from harness.pytest_items import _SESSION_KEY
+
+        session = fake_session(self.root)
+        session._runners["tiny"] = _SlowRunner()
+        config.stash[_SESSION_KEY] = session
+
+
+def test_a_run_reports_its_phase_breakdown_summing_to_the_wall_time(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.setenv("MLX_PARITY_LOCALIZE", "0")
+    monkeypatch.setattr("harness.pytest_plugin.model_provenance", lambda name: {})  # the fake artifact's
+    monkeypatch.setattr(FakeOracle, "delay", 0.6)
+    write_profile(isolated)
+    report = isolated / "reports" / "run.json"
+    args = [str(isolated / "profiles"), "-p", "harness.pytest_plugin", "-p", "no:cacheprovider", "-q"]
+    args += ["--model", "tiny", "--parity-report", str(report), "-k", "decode_logits or teacher_forced_logits"]
+    code = pytest.main(args, plugins=[_FakeSessionPlugin(isolated)])
+    out = capsys.readouterr().out
+    assert code == 0, out[-3000:]
+    data = json.loads(report.read_text())
+    assert data["verdict"] == "PASS" and len(data["results"]) == 4
+    t = data["timing"]
+    rows = {r["phase"]: r for r in t["phases"]}
+    assert abs(sum(r["seconds"] for r in t["phases"]) - t["wall_seconds"]) < 0.002 * len(rows)
+    # One generator process for the profile's two scenarios, charged to the oracle only: the
+    # goldens' own reading excludes it.
+    assert rows["oracle mlx-lm"]["calls"] == 1 and rows["oracle mlx-lm"]["seconds"] >= 0.6
+    assert rows["goldens read"]["seconds"] < 0.6
+    # Per scenario one free and one teacher-forced run (the forced run is the determinism repeat).
+    for mode in ("in-tree free", "in-tree teacher_forced"):
+        assert rows[mode]["calls"] == 2 and rows[mode]["seconds"] >= 2 * _SlowRunner.delay
+    assert "in-tree free (repeat)" not in rows
+    assert rows["judging"]["calls"] == 4 and rows["judging"]["seconds"] < 2 * _SlowRunner.delay
+    assert {"collection", "report", "other"} <= set(rows)
+    assert "time to verdict:" in out and "oracle mlx-lm" in out.split("time to verdict:")[1]
