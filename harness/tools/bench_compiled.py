@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=32, help="greedy decode steps per timed run")
     parser.add_argument("--rounds", type=int, default=10, help="paired rounds (every side timed once per round)")
     parser.add_argument("--repeats", type=int, dest="rounds", help="the old name of --rounds")
-    parser.add_argument("--variant", default="auto", help="compiled form: auto, whole, split, masked")
+    parser.add_argument("--variant", default="auto", help="compiled form: auto, whole, split, masked, blocks")
     parser.add_argument("--no-oracle", action="store_true", help="time eager and compiled only")
     parser.add_argument("--gate", action="store_true", help="run the L1 step gates with the compiled loop instead")
     parser.add_argument("--scenario", action="append", help="with --gate: only these scenario ids")

@@ -26,6 +26,12 @@ queries and keys, traced with shapes, and the rest of the layer (the cache conca
 attention, MLP, and the next layer's projections) traced shapeless. "auto" tries "whole" and
 falls back to "split" when the trace is refused.
 
+"blocks" keeps the KV where mlx-lm keeps it: in the KVCache's 256-position blocks, written in
+place by its own `update_and_fetch`, the SDPA run eagerly on that slice exactly as the eager
+Attention runs it; what lies between two attentions (output projection, residuals, MLP, the next
+layer's norm, projections and rope, or the head) is one trace of fixed one-position shapes per
+layer, so it traces on every backend and needs no per-step concatenation or store-back.
+
 What stays eager: the prefill, the forcing processor of `forced_prefix` (applied to the
 compiled step's raw logits with the very ops greedy_steps uses), and every cache kind other
 than the plain KVCache: with `kv_bits` or `max_kv_size`, or a kept cache that is not a list of
