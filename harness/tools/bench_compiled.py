@@ -1,19 +1,22 @@
 """`python -m harness bench-compiled --model NAME`: decode tok/s of the compiled step vs eager vs mlx-lm.
 
 Three sides on the same prompt ids (the profile's longest single-prompt scenario, as
-`harness.tools.bench` picks it), each one warm-up then `--repeats` timed runs interleaved by round
-(the CPU here is shared; interleaving gives every side the same minutes):
+`harness.tools.bench` picks it), each in a process of its own that loads the model once and
+runs one warm-up, then `--rounds` (default 10) paired rounds: every round times every side
+once, back to back, in an order rotated by round (harness.tools.bench_paired):
 
 - `eager`: the in-tree `greedy_steps` (gated bit-exact against mlx-lm by the goldens);
-- `compiled`: `models.universal.compiled.compiled_greedy_steps` (its trace is made in the
-  warm-up, as a server would make it once);
-- `mlx_lm`: mlx-lm's own `generate_step`, through oracles/<oracle>/bench.py in the oracle
-  venv (or the interpreter `MLX_PARITY_ORACLE_PYTHON` names, as on the GPU machine).
+- `compiled`: `models.universal.compiled.compiled_greedy_steps` (its traces are made in the
+  warm-up, as a server would make them once);
+- `mlx_lm`: mlx-lm's own `generate_step`, through oracles/<oracle>/bench.py `--serve` in the
+  oracle venv (or the interpreter `MLX_PARITY_ORACLE_PYTHON` names, as on the GPU machine).
 
-Decode tok/s = steps / (last step - step 0), as harness.tools.bench measures it. The warm-up runs
-also compare the compiled side's logits and tokens with the eager side's in raw bits: the
-result records `bit_exact_vs_eager`, and a speed for a compiled loop that is not bit-exact is
-flagged in the table.
+Decode tok/s = steps / (last step - step 0), as harness.tools.bench measures it. Reported per
+side: best-of, median, min..max and IQR over the rounds; per pair of sides: the same figures
+of the per-round ratio (paired, so the load common to a round divides out). The warm-ups also
+compare the compiled side's logits (sha256 of the raw bits) and tokens with the eager side's,
+and mlx-lm's tokens with the eager side's: the result records `bit_exact_vs_eager`, and a speed
+for a compiled loop that is not bit-exact is flagged in the table.
 
 `--gate` runs the L1 step gates instead (prefill, decode and teacher-forced logits, greedy
 tokens, EOS stop) of the profile's single-sequence scenarios with the compiled loop against
@@ -24,14 +27,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import statistics
+import os
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from harness.paths import oracles_dir
 from harness.profile import Profile
 from harness.progress import progress
 from harness.provenance import device_facts
@@ -40,91 +43,69 @@ from harness.tools.bench_common import (
     loadavg,
     machine,
     machine_line,
-    oracle_runs,
     scratch_dir,
     speed_result,
     write_job,
     write_result,
 )
+from harness.tools.bench_paired import Worker, fmt, paired_rounds, ratio_stats, side_stats
 
-# The step gates a compiled decode loop answers for (prompt identity is the tokenizer's).
-
-
-# -- speed ---------------------------------------------------------------------------------------
+# -- speed ----------------------------------------------------------------------------------------
 
 
-def timed_run(steps_fn: Callable[..., Iterator[Any]], model: Any, prompt_ids: list[int], steps: int) -> tuple:
-    """One greedy run of steps + 1 tokens: (prefill s, decode s, peak bytes, logits bits, tokens)."""
-    import mlx.core as mx
-    import numpy as np
+def workers(profile: Profile, model_dir: Path, job: Path, variant: str, oracle: bool) -> list[Worker]:
+    """The sides, each a process of its own (harness.tools.bench_paired), started in parallel."""
+    from harness.runners.venvs import ensure_oracle_env
 
-    mx.synchronize()
-    mx.reset_peak_memory()
-    started = time.perf_counter()
-    stamps, rows, tokens = [], [], []
-    for step in steps_fn(model, prompt_ids, steps + 1):  # each Step's token is .item()'d: computed
-        stamps.append(time.perf_counter())
-        rows.append(step.logits)
-        tokens.append(step.token)
-    mx.synchronize()
-    bits = np.stack([np.array(r.astype(mx.float32)).view(np.uint32) for r in rows])
-    return stamps[0] - started, stamps[-1] - stamps[0], mx.get_peak_memory(), bits, tokens
+    root = Path(__file__).resolve().parents[2]
+    intree = [sys.executable, "-m", "harness.tools.bench_worker", "--model-dir", str(model_dir), "--ids", str(job)]
+    sides = [
+        Worker("eager", [*intree, "--side", "eager"], dict(os.environ), root),
+        Worker("compiled", [*intree, "--side", "compiled", "--variant", variant], dict(os.environ), root),
+    ]
+    if oracle:
+        env = ensure_oracle_env(profile.oracle)
+        script = oracles_dir() / profile.oracle / "bench.py"
+        cmd, child_env = env.command(str(script), "--model-dir", str(model_dir), "--ids", str(job), "--serve")
+        sides.append(Worker("mlx_lm", cmd, child_env | {"HF_HUB_OFFLINE": "1"}, job.parent))
+    return sides
 
 
 def speed(
     profile: Profile,
     model_dir: Path,
-    model: Any,
     prompt_ids: list[int],
     steps: int,
-    repeats: int,
+    rounds: int,
     variant: str,
     oracle: bool,
 ) -> dict[str, Any]:
-    import numpy as np
-
-    from models.universal import greedy_steps
-    from models.universal.compiled import DecodeReport, compiled_greedy_steps
-
-    report = DecodeReport()
-
-    def compiled(model: Any, ids: list[int], n: int) -> Iterator[Any]:
-        return compiled_greedy_steps(model, ids, n, variant=variant, report=report)
-
-    sides: dict[str, Callable[..., Iterator[Any]]] = {"eager": greedy_steps, "compiled": compiled}
-    warm = {name: timed_run(fn, model, prompt_ids, steps) for name, fn in sides.items()}
-    first_trace_s = warm["compiled"][0] + warm["compiled"][1]
-    bit_exact = bool(np.array_equal(warm["eager"][3], warm["compiled"][3]) and warm["eager"][4] == warm["compiled"][4])
-    runs: dict[str, list[tuple[float, float, int]]] = {"eager": [], "compiled": [], "mlx_lm": []}
-    facts: dict[str, Any] = {}
+    """Warm-up in every side's process, then `rounds` paired rounds; stats per side and per-round ratios."""
     with tempfile.TemporaryDirectory(prefix="bench-compiled-", dir=scratch_dir()) as tmp:
         job = write_job(Path(tmp), prompt_ids, steps, repeats=1)
-        for _ in range(repeats):
-            for name, fn in sides.items():
-                runs[name].append(timed_run(fn, model, prompt_ids, steps)[:3])
-            if oracle:
-                raw = oracle_runs(profile, model_dir, job)
-                runs["mlx_lm"] += zip(raw["prefill_s"], raw["decode_s"], raw["peak_bytes"], strict=True)
-                facts = {k: raw[k] for k in ("mlx", "mlx-lm", "device")}
-    result = {
-        side: {
-            "decode_tok_s": steps / statistics.median([r[1] for r in rs]),
-            "prefill_tok_s": len(prompt_ids) / statistics.median([r[0] for r in rs]),
-            "decode_s": [r[1] for r in rs],
-            "peak_memory_gb": max(r[2] for r in rs) / 1e9,
-        }
-        if rs
-        else None
-        for side, rs in runs.items()
-    }
+        sides = workers(profile, model_dir, job, variant, oracle)
+        try:
+            ready = {w.name: w.wait_ready() for w in sides}
+            runs = paired_rounds(sides, rounds)
+        finally:
+            for w in sides:
+                w.close()
+    result: dict[str, Any] = {name: side_stats(rs, steps, len(prompt_ids)) for name, rs in runs.items()}
+    eager, compiled = ready["eager"], ready["compiled"]
     result["compiled"] |= {
-        "variant": report.variant,
-        "compiled": report.compiled,
-        "bit_exact_vs_eager": bit_exact,
-        "warmup_run_s": first_trace_s,
+        "variant": compiled["variant"],
+        "compiled": compiled["compiled"],
+        "bit_exact_vs_eager": eager["logits_sha256"] == compiled["logits_sha256"]
+        and eager["tokens"] == compiled["tokens"],
+        "warmup_run_s": compiled["warmup_run_s"],
     }
-    if result["mlx_lm"]:
-        result["mlx_lm"] |= facts
+    result["eager"]["warmup_run_s"] = eager["warmup_run_s"]
+    if oracle:
+        result["mlx_lm"] |= {k: ready["mlx_lm"].get(k) for k in ("mlx", "mlx-lm", "device")}
+        result["mlx_lm"]["same_tokens_as_eager"] = ready["mlx_lm"]["tokens"] == eager["tokens"]
+    pairs = [("compiled", "eager")] + ([("eager", "mlx_lm"), ("compiled", "mlx_lm")] if oracle else [])
+    result["ratios"] = {f"{a}/{b}": ratio_stats(result[a], result[b]) for a, b in pairs}
+    result["order"] = "round r starts with side r mod n of " + ", ".join(w.name for w in sides)
     return result
 
 
@@ -132,21 +113,27 @@ def table(result: dict[str, Any]) -> str:
     s, m = result["speed"], result["machine"]
     c = s["compiled"]
     exact = "bit-exact vs eager" if c["bit_exact_vs_eager"] else "NOT BIT-EXACT vs eager"
+    names = [n for n in ("eager", "compiled", "mlx_lm") if n in s]
+    tokens = ""
+    if "mlx_lm" in s:
+        tokens = "; mlx-lm tokens " + ("equal" if s["mlx_lm"]["same_tokens_as_eager"] else "DIFFER")
     lines = [
         f"{result['model']}: prompt {result['prompt']['scenario']} ({result['prompt']['tokens']} tokens), "
-        f"{result['steps']} greedy decode steps, median of {result['repeats']} interleaved rounds; "
-        f"compiled variant {c['variant']} ({exact}; warm-up run incl. tracing {c['warmup_run_s']:.2f} s)",
+        f"{result['steps']} greedy decode steps, {result['repeats']} paired rounds (every side once per "
+        f"round, each side its own process); compiled variant {c['variant']} ({exact}{tokens}; "
+        f"warm-up run incl. tracing {c['warmup_run_s']:.2f} s)",
         "",
-        "| tok/s | eager (in-tree) | compiled (in-tree) | mlx-lm | compiled / mlx-lm | compiled / eager |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| tok/s: best / median (min..max) | "
+        + " | ".join(n for n in ("eager", "compiled", "mlx_lm") if n in s)
+        + " |",
+        "|---|" + "---:|" * sum(n in s for n in ("eager", "compiled", "mlx_lm")),
     ]
     for key, label in (("decode_tok_s", "decode"), ("prefill_tok_s", "prefill")):
-        oracle = s["mlx_lm"][key] if s["mlx_lm"] else None
-        ratio = f"{c[key] / oracle:.2f}x" if oracle else "not measured"
-        lines.append(
-            f"| {label} | {s['eager'][key]:.2f} | {c[key]:.2f} | {oracle if oracle is None else f'{oracle:.2f}'} "
-            f"| {ratio} | {c[key] / s['eager'][key]:.2f}x |"
-        )
+        cells = [fmt(s[n][key]) for n in names]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", "| per-round ratio: best / median (min..max) | decode | prefill |", "|---|---:|---:|"]
+    for pair, r in s["ratios"].items():
+        lines.append(f"| {pair} | {fmt(r['decode_tok_s'], 'x')} | {fmt(r['prefill_tok_s'], 'x')} |")
     lines += ["", machine_line(m)]
     return "\n".join(lines)
 
@@ -223,8 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness bench-compiled", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m", help="profile name")
     parser.add_argument("--steps", type=int, default=32, help="greedy decode steps per timed run")
-    parser.add_argument("--repeats", type=int, default=3, help="timed rounds (the median is reported)")
-    parser.add_argument("--variant", default="auto", help="compiled form: auto, whole, split, masked")
+    parser.add_argument("--rounds", type=int, default=10, help="paired rounds (every side timed once per round)")
+    parser.add_argument("--repeats", type=int, dest="rounds", help="the old name of --rounds")
+    parser.add_argument("--variant", default="auto", help="compiled form: auto, whole, split, masked, blocks")
     parser.add_argument("--no-oracle", action="store_true", help="time eager and compiled only")
     parser.add_argument("--gate", action="store_true", help="run the L1 step gates with the compiled loop instead")
     parser.add_argument("--scenario", action="append", help="with --gate: only these scenario ids")
@@ -236,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.variant not in VARIANTS:
         parser.error(f"--variant: expected one of {VARIANTS}, got {args.variant!r}")
+    if args.rounds < 1 or args.steps < 1:
+        parser.error(f"--rounds and --steps: need at least 1, got {args.rounds} and {args.steps}")
     session = ParitySession()
     profile = session.profile(args.model)
     load_before = loadavg()
@@ -259,11 +249,9 @@ def main(argv: list[str] | None = None) -> int:
         scenario, ids = bench_prompt(profile, runner)
         model_dir = session.artifact(profile).model_dir
         label = "eager / compiled" + ("" if args.no_oracle else " / mlx-lm")
-        with progress.task(f"bench_compiled: {args.repeats} rounds of {label}"):
-            speeds = speed(
-                profile, model_dir, runner.model, ids, args.steps, args.repeats, args.variant, not args.no_oracle
-            )
-        result = speed_result(profile.name, args.steps, args.repeats, scenario, ids, speeds, load_before)
+        with progress.task(f"bench_compiled: {args.rounds} paired rounds of {label}"):
+            speeds = speed(profile, model_dir, ids, args.steps, args.rounds, args.variant, not args.no_oracle)
+        result = speed_result(profile.name, args.steps, args.rounds, scenario, ids, speeds, load_before)
         print(table(result))
         failed = 0
         name = f"compiled-{profile.name}"

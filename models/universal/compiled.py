@@ -26,6 +26,12 @@ queries and keys, traced with shapes, and the rest of the layer (the cache conca
 attention, MLP, and the next layer's projections) traced shapeless. "auto" tries "whole" and
 falls back to "split" when the trace is refused.
 
+"blocks" keeps the KV where mlx-lm keeps it: in the KVCache's 256-position blocks, written in
+place by its own `update_and_fetch`, the SDPA run eagerly on that slice exactly as the eager
+Attention runs it; what lies between two attentions (output projection, residuals, MLP, the next
+layer's norm, projections and rope, or the head) is one trace of fixed one-position shapes per
+layer, so it traces on every backend and needs no per-step concatenation or store-back.
+
 What stays eager: the prefill, the forcing processor of `forced_prefix` (applied to the
 compiled step's raw logits with the very ops greedy_steps uses), and every cache kind other
 than the plain KVCache: with `kv_bits` or `max_kv_size`, or a kept cache that is not a list of
@@ -56,7 +62,7 @@ from models.universal.generate import (
 )
 from models.universal.model import Block, UniversalLlama
 
-VARIANTS = ("auto", "whole", "split", "masked")
+VARIANTS = ("auto", "whole", "split", "masked", "blocks")
 
 KVArrays = list[mx.array]  # keys_0, values_0, keys_1, values_1, ... one pair per layer
 
@@ -140,6 +146,10 @@ class CompiledDecoder:
         self._embed_qkv = mx.compile(self._embed_qkv_step, shapeless=True)
         self._ropes = [mx.compile(self._rope_fn(layer)) for layer in layers]
         self._rests = [mx.compile(self._rest_fn(i), shapeless=True) for i in range(len(layers))]
+        # "blocks": every trace has one position's fixed shapes; the KV write and the SDPA run
+        # eagerly on the KVCache itself (mlx-lm's in-place writes into 256-position blocks).
+        self._block_first = mx.compile(self._block_first_step)
+        self._block_nexts = [mx.compile(self._block_next_fn(i)) for i in range(len(layers))]
 
     # whole
     def _whole_step(self, token: mx.array, offset: mx.array, *kv: mx.array) -> tuple[mx.array, ...]:
@@ -183,6 +193,38 @@ class CompiledDecoder:
                 h, queries, keys, values = following
         logits, token = following
         return logits, token, new_kv
+
+    # blocks
+    def _block_first_step(self, token: mx.array, offset: mx.array) -> tuple[mx.array, ...]:
+        h = self.model.model.embed_tokens(token[None])
+        layer = self.model.layers[0]
+        queries, keys, values = project_qkv(layer, h)
+        return (h, *apply_rope(layer, queries, keys, offset), values)
+
+    def _block_next_fn(self, i: int) -> Callable[..., tuple[mx.array, ...]]:
+        layers = self.model.layers
+
+        def following(h: mx.array, attn_out: mx.array, offset: mx.array) -> tuple[mx.array, ...]:
+            h = finish_layer(layers[i], h, attn_out)
+            if i + 1 == len(layers):
+                return head(self.model, h)
+            queries, keys, values = project_qkv(layers[i + 1], h)
+            return (h, *apply_rope(layers[i + 1], queries, keys, offset), values)
+
+        return following
+
+    def step_in_cache(self, token: mx.array, cache: list[KVCache]) -> tuple[mx.array, mx.array]:
+        """The "blocks" step: (logits, token); `cache` (plain KVCaches) is updated in place,
+        with the very `update_and_fetch` and SDPA call of the eager Attention."""
+        offset = mx.array(cache[0].offset, dtype=mx.int32)
+        h, queries, keys, values = self._block_first(token, offset)
+        for i, layer in enumerate(self.model.layers):
+            keys, values = cache[i].update_and_fetch(keys, values)
+            following = self._block_nexts[i](h, attend(layer, queries, keys, values, None), offset)
+            if i + 1 < len(self.model.layers):
+                h, queries, keys, values = following
+        logits, token = following
+        return logits, token
 
     # masked (not bit-exact by construction: measured and documented, never the default)
     def _masked_step(self, token: mx.array, offset: mx.array, *buffers: mx.array) -> tuple[mx.array, ...]:
@@ -362,13 +404,18 @@ def _compiled_steps(
 
     prompt = prefill_prompt(model, cache, mx.array(prompt_ids), options["prefill_step_size"], lambda: None)
     offset = cache[0].offset
-    dtype = model.model.embed_tokens(mx.array([[0]])).dtype if cache[0].keys is None else cache[0].keys.dtype
-    kv = exact_arrays(model, cache, dtype)
+    in_cache = decoder.variant == "blocks"  # the KV stays in `cache`, written in place
+    if not in_cache:
+        dtype = model.model.embed_tokens(mx.array([[0]])).dtype if cache[0].keys is None else cache[0].keys.dtype
+        kv = exact_arrays(model, cache, dtype)
 
     def step(tokens: mx.array, index: int) -> tuple[mx.array, mx.array]:
         nonlocal kv, offset
         with mx.stream(generation_stream):
-            logits, token, kv = decoder.step(tokens, offset, kv)
+            if in_cache:
+                logits, token = decoder.step_in_cache(tokens, cache)
+            else:
+                logits, token, kv = decoder.step(tokens, offset, kv)
             offset += 1
             if index < len(prefix):  # greedy_steps' processor, eager, on the same raw logits
                 processed = force_row(logits, prefix, index)
@@ -389,7 +436,7 @@ def _compiled_steps(
             mx.clear_cache()
         if index + 1 < n_tokens:
             logits, token = next_logits, next_token
-    if keep_cache:
+    if keep_cache and not in_cache:
         if decoder.variant == "masked":
             kv = [b[..., :offset, :] for b in kv]
         store_back(cache, kv, offset)

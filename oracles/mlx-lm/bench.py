@@ -6,6 +6,10 @@ gives it, the same way `python -m harness bench` times the in-tree `greedy_steps
 out); decode = first token to last token. Prints one JSON object on stdout.
 
 Usage: python -I bench.py --model-dir DIR --ids ids.json   (ids.json: {"prompt_ids", "steps", "repeats"})
+
+With `--serve` it is one side of harness.tools.bench_paired's rounds instead: after loading and the
+warm-up it prints a `ready` line (with the warm-up's tokens), then answers every `run` line on
+stdin with one timed run (one JSON line), until stdin closes.
 """
 
 import json
@@ -34,10 +38,33 @@ def timed_run(model, prompt_ids, steps):
     return stamps[0] - started, stamps[-1] - stamps[0], mx.get_peak_memory()
 
 
+def serve(model, job):
+    """The paired-rounds protocol: a ready line, then one timed run per `run` line on stdin."""
+    tokens = [t for t, _ in generate_step(mx.array(job["prompt_ids"]), model, max_tokens=job["steps"] + 1)]
+    mx.synchronize()
+    environment = {**base.versions("mlx", "mlx-lm"), "device": str(mx.default_device())}
+    emit({"status": "ready", "side": "mlx_lm", "tokens": [int(t) for t in tokens], **environment})
+    for line in sys.stdin:
+        if line.strip() != "run":
+            raise SystemExit(f"bench.py --serve: expected 'run' on stdin, got {line.strip()!r}")
+        prefill_s, decode_s, peak = timed_run(model, job["prompt_ids"], job["steps"])
+        emit({"prefill_s": prefill_s, "decode_s": decode_s, "peak_bytes": peak})
+
+
+def emit(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
 def main():
-    args = base.path_parser("--model-dir", "--ids").parse_args()
+    parser = base.path_parser("--model-dir", "--ids")
+    parser.add_argument("--serve", action="store_true", help="answer `run` lines on stdin (paired rounds)")
+    args = parser.parse_args()
     job = json.loads(args.ids.read_text())
     model, _tokenizer = load(str(args.model_dir))
+    if args.serve:
+        serve(model, job)
+        return
     timed_run(model, job["prompt_ids"], job["steps"])  # warm-up
     runs = [timed_run(model, job["prompt_ids"], job["steps"]) for _ in range(job["repeats"])]
     print(
