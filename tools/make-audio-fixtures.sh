@@ -22,10 +22,13 @@ speak long en-us 120 8 "Good morning everyone. Time flies when you are having fu
 My sister lives in a small house near the river. \
 Every morning I drink a cup of coffee and read the news before I go to work. \
 Please remember to turn off the lights when you leave the room. We will meet again next week."
+# German at espeak-ng's default speed, for language detection by the multilingual models
+# (whisper-base detects Latin in slow French speech, German here with p = 0.84).
+speak german de 175 0 "Guten Morgen. Das Wetter ist heute sehr schön, also gehen wir in den Park."
 # 2 s of digital silence, and 2 s of low-level white noise (seeded by -R).
 sox -R -n -r 16000 -c 1 -b 16 silence.wav trim 0 2
 sox -R -n -r 16000 -c 1 -b 16 noise.wav synth 2 whitenoise vol 0.02
 
-for f in fox weather message long silence noise; do
+for f in fox weather message long german silence noise; do
     printf '%-12s %6.2f s  %s\n' "$f.wav" "$(soxi -D "$f.wav")" "$(sha256sum "$f.wav" | cut -d' ' -f1)"
 done
