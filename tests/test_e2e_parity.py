@@ -91,7 +91,8 @@ def test_make_parity_passes_in_both_modes(model: str, tmp_path: Path) -> None:
         if "decode_logits" in checks:
             decode = checks["decode_logits"]["details"]["per_step"]
             assert all(s["n_differing"] == 0 for s in decode)
-        if profile.implementation == "universal-llama" and not {"teacher_forced_logits", "decode_logits"} <= set(checks):
+        step_gates = {"teacher_forced_logits", "decode_logits"}
+        if profile.implementation == "universal-llama" and not step_gates <= set(checks):
             continue  # a draft scenario (no teacher forcing) or a response scenario (no decode gate)
         if profile.implementation == "universal-llama" and scenario.stop is not None:
             # Stopped at EOS inside the budget (both sides): every row up to the stop was judged.
