@@ -3,9 +3,13 @@ checked on every use (a corrupt file is said and made again, never trusted)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Callable
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from filelock import FileLock
@@ -40,6 +44,24 @@ def record_files(directory: Path) -> None:
     """Write the sha256 of every file of a freshly made directory (before it is renamed into place)."""
     record = {name: sha256_file(directory / name) for name in _listed_files(directory)}
     (directory / FILES_RECORD).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
+@contextlib.contextmanager
+def building_dir(target: Path, marker: str) -> Iterator[Path]:
+    """A temporary directory beside `target` to build into; when the block ends without an
+    error its files are recorded, `.complete` gets `marker` and it replaces `target` atomically;
+    on an error it is removed and `target` is left as it was."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        yield tmp
+        record_files(tmp)
+        (tmp / ".complete").write_text(marker + "\n")
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def _index_path(directory: Path) -> Path:

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from harness.artifacts.files import build_once, file_hashes, record_files
+from harness.artifacts.files import build_once, building_dir, file_hashes
 from harness.errors import ArtifactError
 from harness.paths import cache_root
 from harness.progress import progress
@@ -119,18 +117,8 @@ def requantized_draft(draft: dict[str, Any], where: str) -> tuple[Path, dict[str
         import mlx.core as mx
 
         with progress.task(f"requantizing {source.name} to {bits} bits, group size {group_size} (draft)"):
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=target.parent))
-            try:
-                with mx.stream(mx.cpu):
-                    requantize_dir(source, tmp, bits, group_size, where)
-                record_files(tmp)
-                (tmp / ".complete").write_text(json.dumps(identity, sort_keys=True) + "\n")
-                shutil.rmtree(target, ignore_errors=True)
-                os.replace(tmp, target)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
+            with building_dir(target, json.dumps(identity, sort_keys=True)) as tmp, mx.stream(mx.cpu):
+                requantize_dir(source, tmp, bits, group_size, where)
 
     build_once(target, target, f"requantized draft {key}", f"artifact-{key}", build)
     return target, identity

@@ -17,7 +17,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from harness.artifacts.files import (
     _hash_with_index,
     _listed_files,
     build_once,
+    building_dir,
     file_hashes,
     record_files,
     sha256_file,
@@ -329,9 +329,7 @@ def _convert_once(
 
     def build() -> None:
         with clock.phase("artifact convert"), progress.task(f"converting {spec.file} to an MLX model directory"):
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=target.parent))
-            try:
+            with building_dir(target, spec.sha256) as tmp:
                 try:
                     import mlx.core as mx
 
@@ -341,13 +339,6 @@ def _convert_once(
                     raise ArtifactError(
                         f"artifact {spec.package}=={spec.version}:{spec.file}: cannot convert: {e}"
                     ) from None
-                record_files(tmp)
-                (tmp / ".complete").write_text(spec.sha256 + "\n")
-                shutil.rmtree(target, ignore_errors=True)
-                os.replace(tmp, target)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
 
     build_once(target, target, f"converted {spec.file}", f"artifact-{key}", build)
     return target, identity
