@@ -114,6 +114,15 @@ def test_registry_holds_both_minicpm5_twins() -> None:
     assert TWIN_VERSION
 
 
+def test_the_half_precision_mini_twins_are_the_mini_draw_in_their_dtype() -> None:
+    """bf16 and fp16 (make mutants --model): the mini twin's seed and shape, only the dtype of the
+    scales, biases and norms differs, so a verdict that differs between them is the rounding."""
+    for twin_id, dtype in (("minicpm5-2b-mini-bf16", "bfloat16"), ("minicpm5-2b-mini-fp16", "float16")):
+        twin = get_twin(twin_id)
+        assert (twin.seed, twin.shape, twin.float_dtype) == (MINICPM5_2B_MINI.seed, MINICPM5_2B_MINI.shape, dtype)
+        assert twin.config_summary() == MINICPM5_2B_MINI.config_summary() | {"float_dtype": dtype}
+
+
 def test_identity_is_returned_and_recorded(mini_twin: tuple[Path, dict[str, Any]]) -> None:
     path, identity = mini_twin
     assert identity["id"] == MINI

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import mlx.core as mx
@@ -14,9 +14,17 @@ import numpy as np
 
 
 def _one_ulp_up(array: mx.array) -> mx.array:
-    values = np.array(array)
-    values.flat[0] = np.nextafter(values.flat[0], np.float32(np.inf))
-    return mx.array(values)
+    """The first element moved one ULP towards +inf in the array's own dtype (float32, float16 or
+    bfloat16, which numpy lacks): on the raw bits, as np.nextafter does it for float32."""
+    unsigned = {2: mx.uint16, 4: mx.uint32}[array.itemsize]
+    bits = np.array(array.view(unsigned))
+    sign = 1 << (8 * array.itemsize - 1)
+    first = int(bits.flat[0])
+    if first & ~sign == 0:  # +0 or -0: the smallest positive subnormal
+        bits.flat[0] = 1
+    else:  # a positive value grows away from zero, a negative one shrinks towards it
+        bits.flat[0] = first - 1 if first & sign else first + 1
+    return mx.array(bits).view(array.dtype)
 
 
 @dataclass
@@ -28,6 +36,20 @@ class Mutant:
     hook: Callable[[Any], None] | None = None  # applied to the loaded in-tree model
     patch: Callable[[], contextlib.AbstractContextManager[None]] | None = None  # code-level fault
     spec_edits: dict[str, Any] = field(default_factory=dict)  # scenario-level fault (options)
+    # The same fault judged on other models (`--model`): model -> its scenario for this mutant,
+    # e.g. a float32 mutant's half-precision twins, where rounding may make it visible.
+    on: dict[str, str] = field(default_factory=dict)
+
+    def models(self) -> list[str]:
+        return [self.model, *self.on]
+
+    def judged_on(self, model: str | None) -> Mutant:
+        """This mutant on `model`'s scenario for it (None: its own model)."""
+        if model is None or model == self.model:
+            return self
+        if model not in self.on:
+            raise KeyError(f"mutant {self.name} has no scenario on {model} (it has: {', '.join(self.models())})")
+        return replace(self, model=model, scenario=self.on[model], on={})
 
 
 @contextlib.contextmanager
@@ -44,6 +66,14 @@ def all_norm_eps(model: Any) -> None:
     for layer in model.model.layers:
         layer.input_layernorm.eps = layer.post_attention_layernorm.eps = 1e-6
     model.model.norm.eps = 1e-6
+
+
+def final_norm_eps(model: Any) -> None:
+    """The final RMSNorm alone with an eps ten times smaller (another model's value: 1e-5 -> 1e-6 on
+    SmolLM2). Every backend adds eps in float32 (MLX's RMSNorm accumulates in float32 whatever the
+    activation dtype), so the change shows only where eps moves mean(x^2) + eps: hidden states
+    whose mean square is below about eps * 2^24."""
+    model.model.norm.eps = model.model.norm.eps / 10
 
 
 def rope_base(model: Any) -> None:
@@ -71,7 +101,8 @@ def skip_final_norm(model: Any) -> None:
 
 
 def ulp_layer_norm(model: Any) -> None:
-    norm = model.model.layers[17].post_attention_layernorm
+    layers = model.model.layers
+    norm = layers[min(17, len(layers) - 1)].post_attention_layernorm  # the last of a shallower model
     norm.weight = _one_ulp_up(norm.weight)
 
 
@@ -232,3 +263,46 @@ def fast_attention_scale_ulp() -> contextlib.AbstractContextManager[None]:
             setattr(self, name, float(np.nextafter(np.float32(getattr(self, name)), np.float32(np.inf))))
 
     return _setattr(FastWhisper, "__init__", init)
+
+
+class _SoftmaxNotPrecise:
+    """`mlx.core` as one module sees it, except that softmax drops `precise=True` (MLX then
+    accumulates a float16 / bfloat16 softmax in that dtype; in float32 the flag changes nothing)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(mx, name)
+
+    @staticmethod
+    def softmax(a: mx.array, axis: Any = None, *, precise: bool = False, **kwargs: Any) -> mx.array:
+        return mx.softmax(a, axis=axis, **kwargs)
+
+
+def imprecise_softmax() -> contextlib.AbstractContextManager[None]:
+    """The attention softmax without `precise=True`, in the two in-tree attentions that spell their
+    softmax out, as their references do with precise=True: Whisper's (mlx-whisper's
+    MultiHeadAttention) and the LLM's quantized-KV attention (mlx-lm's
+    quantized_scaled_dot_product_attention). Plain LLM attention is mx.fast's fused SDPA on both
+    sides, whose softmax precision is MLX's own choice, not the implementation's."""
+    import models.universal.model as llama
+    import models.whisper.model as whisper
+
+    stack = contextlib.ExitStack()
+    for module in (llama, whisper):
+        stack.enter_context(_setattr(module, "mx", _SoftmaxNotPrecise()))
+    return stack
+
+
+def dequantize_then_fused_sdpa() -> contextlib.AbstractContextManager[None]:
+    """Quantized KV attended by dequantizing K and V and calling the fused
+    mx.fast.scaled_dot_product_attention, instead of mlx-lm's quantized attention
+    (quantized_matmul scores, precise softmax, quantized_matmul): the same math, other kernels."""
+    import models.universal.model as llama
+
+    def attend(
+        queries: mx.array, q_keys: Any, q_values: Any, scale: float, mask: Any, group_size: int, bits: int
+    ) -> mx.array:
+        keys = mx.dequantize(*q_keys, group_size=group_size, bits=bits)
+        values = mx.dequantize(*q_values, group_size=group_size, bits=bits)
+        return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask)
+
+    return _setattr(llama, "quantized_scaled_dot_product_attention", attend)

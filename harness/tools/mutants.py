@@ -4,216 +4,38 @@ of which the gates must catch (`make mutants`).
 Every mutant is one plausible bug (a config slip, one ULP in one weight, a dropped decoding
 rule, a forgotten cache, a changed KV option...). It is applied in process (a model hook, a
 monkeypatch, or an edited scenario spec), judged by the real gates against the committed
-goldens, and counts as *killed* when at least one of its checks fails. The mutation score is
-killed / scored; anything below 100 % exits 1 and names the survivors. A mutant whose output
-is bit-identical to the unmutated implementation's is *equivalent* (no gate can see a fault
-that changes nothing): it is reported as such and not scored.
+goldens, and counts as *killed* when at least one of its checks fails that passes on the
+unmutated implementation. The mutation score is killed / scored; anything below 100 % exits 1
+and names the survivors. A mutant whose output is bit-identical to the unmutated
+implementation's is *equivalent* (no gate can see a fault that changes nothing): it is reported
+as such and not scored. A mutant whose failing checks fail on the unmutated implementation too
+(no golden on this backend, an oracle that cannot run here) is *unjudged*, and one whose
+scenario does not run on this backend is *not run*: neither is scored, both exit 1.
 
-    .venv/bin/python -m harness mutants [--only NAME ...]
+    .venv/bin/python -m harness mutants [--only NAME[,NAME] ...] [--model MODEL]
+
+`--model` judges the chosen mutants on another model's scenario for them (`Mutant.on`: the
+half-precision twins of a float32 mutant), e.g. on the GPU
+`--only final-norm-eps,one-ulp --model minicpm5-2b-mini-bf16`.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import time
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from harness.checks.registry import get as registry_check
-from harness.tools import mutant_faults as fault
+from harness.fileio import atomic_write_json
 from harness.tools.mutant_faults import Mutant
+from harness.tools.mutant_list import MUTANTS
 
-MUTANTS = [
-    Mutant("norm-eps", "every RMSNorm eps 1e-6 instead of 1e-5", "smollm2-135m", "chat", hook=fault.all_norm_eps),
-    Mutant("rope-base", "rope base off by 1e-4 relative", "smollm2-135m", "chat", hook=fault.rope_base),
-    Mutant(
-        "attention-scale",
-        "attention scale off by 1e-4 relative",
-        "smollm2-135m",
-        "chat",
-        hook=fault.attention_scale,
-    ),
-    Mutant(
-        "gate-up-swap",
-        "MLP gate and up projections swapped in one layer",
-        "smollm2-135m",
-        "chat",
-        hook=fault.swap_gate_up,
-    ),
-    Mutant(
-        "final-norm-scale",
-        "final norm without its learned scale",
-        "smollm2-135m",
-        "chat",
-        hook=fault.skip_final_norm,
-    ),
-    Mutant("one-ulp", "one ULP in one norm weight of layer 17", "smollm2-135m", "chat", hook=fault.ulp_layer_norm),
-    Mutant(
-        "prefill-chunks",
-        "prompt prefilled in one chunk where the profile says 16",
-        "smollm2-135m",
-        "chunked-prefill",
-        spec_edits={"prefill_step_size": 2048},
-    ),
-    Mutant(
-        "eos-dropped",
-        "one of MiniCPM5's two EOS ids forgotten",
-        "minicpm5-2b-mini",
-        "eos-im-end",
-        patch=lambda: fault.drop_eos(None),
-    ),
-    Mutant(
-        "template-space",
-        "a space after the assistant header",
-        "minicpm5-2b-mini",
-        "think-off",
-        patch=fault.template_space,
-    ),
-    Mutant(
-        "kv-group-size",
-        "quantized KV group size 32 instead of 64",
-        "minicpm5-2b-mini",
-        "kv8-converts-mid-decode",
-        spec_edits={"kv_group_size": 32},
-    ),
-    Mutant(
-        "kv-start",
-        "KV conversion one position late",
-        "minicpm5-2b-mini",
-        "kv8-converts-mid-decode",
-        spec_edits={"quantized_kv_start": 41},
-    ),
-    Mutant(
-        "rotating-window",
-        "rotating window one larger",
-        "minicpm5-2b-mini",
-        "rotating-kv",
-        spec_edits={"max_kv_size": 25},
-    ),
-    Mutant(
-        "cache-forgotten",
-        "a fresh cache for every chat turn",
-        "minicpm5-2b-mini",
-        "cache-reuse",
-        patch=fault.fresh_cache_each_turn,
-    ),
-    Mutant(
-        "l2-layer-bits",
-        "one layer's KV bits 8 instead of 4 (mixed precision)",
-        "minicpm5-2b-mini",
-        "l2-mixed-kv",
-        spec_edits={
-            "composition": {
-                "kind": "mixed_kv",
-                "quantized_kv_start": 30,
-                "kv_config": [
-                    {"layer_idx": 0, "bits": 8, "group_size": 64},
-                    {"layer_idx": 1, "bits": 8, "group_size": 64},
-                    {"layer_idx": 3, "bits": 4, "group_size": 32},
-                ],
-            }
-        },
-    ),
-    Mutant(
-        "l2-draft-window",
-        "4 drafted tokens instead of 8",
-        "minicpm5-2b-mini",
-        "l2-ngram-draft",
-        spec_edits={"composition": {"kind": "ngram_draft", "num_draft_tokens": 4, "ngram_min": 3, "ngram_max": 3}},
-    ),
-    Mutant(
-        "mel",
-        "one log-mel value nudged by 1e-3",
-        "whisper-large-v3-turbo-mini",
-        "fox-detect-language",
-        patch=fault.mel_nudge,
-    ),
-    Mutant(
-        "encoder-ulp",
-        "one ULP in the encoder's final norm",
-        "whisper-large-v3-turbo-mini",
-        "fox-detect-language",
-        hook=fault.whisper_encoder_ulp,
-    ),
-    Mutant(
-        "decoder-ulp",
-        "one ULP in the decoder's final norm",
-        "whisper-large-v3-turbo-mini",
-        "fox-detect-language",
-        hook=fault.whisper_decoder_ulp,
-    ),
-    Mutant(
-        "timestamp-rules",
-        "the timestamp grammar filter dropped",
-        "whisper-large-v3-turbo-mini",
-        "fox-detect-language",
-        patch=fault.no_timestamp_rules,
-    ),
-    Mutant(
-        "compiled-rope",
-        "RoPE one position ahead in the compiled decode trace only",
-        "minicpm5-2b-mini",
-        "think-default",
-        patch=fault.compiled_rope_offset,
-    ),
-    Mutant(
-        "fallback-logprob",
-        "the log-probability fallback rule dropped",
-        "whisper-large-v3-turbo-mini",
-        "fox-english-ladder",
-        patch=fault.no_logprob_fallback,
-    ),
-    Mutant(
-        "beam-ranker",
-        "beam candidates ranked without length normalization",
-        "whisper-tiny-en",
-        "message-beam5-patience",
-        patch=fault.ranker_without_length_norm,
-    ),
-    Mutant(
-        "beam-patience",
-        "beam search waits for beam_size finished sequences, not beam_size x patience",
-        "whisper-tiny-en",
-        "message-beam5-patience",
-        patch=fault.patience_ignored,
-    ),
-    Mutant(
-        "beam-candidates",
-        "beam search expands beam_size candidates per beam instead of beam_size + 1",
-        "whisper-tiny-en",
-        "message-beam5-patience",
-        patch=fault.one_candidate_short,
-    ),
-    Mutant(
-        "segment-end",
-        "every segment ends one timestamp step (20 ms) late",
-        "whisper-tiny-en",
-        "fox-beam5",
-        patch=fault.segment_end_one_step_late,
-    ),
-    Mutant(
-        "subtitle-width",
-        "subtitle lines packed one character wider",
-        "whisper-tiny-en",
-        "fox-words",
-        patch=fault.subtitle_line_one_wider,
-    ),
-    Mutant(
-        "fast-logits",
-        "the fast path's logits scaled by 1.01 (every argmax kept)",
-        "whisper-tiny-en",
-        "fox-fast",
-        patch=fault.fast_logits_scaled,
-    ),
-    Mutant(
-        "fast-attention-ulp",
-        "the fast path's attention scales one float32 ULP high",
-        "whisper-tiny-en",
-        "fox-fast",
-        patch=fault.fast_attention_scale_ulp,
-    ),
-]
+if TYPE_CHECKING:
+    from harness.session import ParitySession
 
 
 def registry() -> list[str]:
@@ -223,65 +45,90 @@ def registry() -> list[str]:
     return list(CHECKS)
 
 
-def judge(mutant: Mutant) -> dict[str, Any]:
+def judge(mutant: Mutant, clean: ParitySession | None = None) -> dict[str, Any]:
     """The mutant through `ParitySession.run_check`, the path `make parity` takes (compact
     goldens decided by their digests, full vectors fetched only to explain a difference), on
-    every check the scenario declares: per check "passed", "failed" or "error"."""
-    from harness.errors import HarnessError
+    every check the scenario declares: per check "passed", "failed", "error" or "unjudged" (it
+    fails on the unmutated implementation too, judged by `clean`, one session for a whole run)."""
     from harness.goldens.lifecycle import runnable_spec
     from harness.session import ParitySession
 
-    session = ParitySession(model_hook=mutant.hook)
+    # Goldens are had for the judged scenario only (a nightly-tagged one included).
+    scope = {mutant.model: {mutant.scenario}}
+    clean = clean if clean is not None else ParitySession(selected_scenarios=scope)
+    session = ParitySession(model_hook=mutant.hook, selected_scenarios=scope)
     profile = session.profile(mutant.model)
     scenario = profile.scenario(mutant.scenario)
     if mutant.spec_edits:
         session.intree_spec_edits[(profile.name, scenario.id)] = mutant.spec_edits
     started = time.perf_counter()
-    outcomes: dict[str, str] = {}
-    summaries: dict[str, str] = {}
     with mutant.patch() if mutant.patch else contextlib.nullcontext():
-        for check in profile.checks(scenario):
-            try:
-                result = session.run_check(profile, scenario, check)
-            except HarnessError as e:  # as make parity: an ERROR row, never a pass
-                outcomes[check], summaries[check] = "error", f"{type(e).__name__}: {e}"
-                continue
-            outcomes[check] = "passed" if result.passed else "failed"
-            summaries[check] = result.summary
-    killed = any(o != "passed" for o in outcomes.values())
+        outcomes, summaries = _run_checks(session, mutant)
+        mutated = session.intree(profile, scenario, "free") if set(outcomes.values()) == {"passed"} else None
+    # A check that fails on the unmutated implementation as well cannot tell the fault: not a kill.
+    caught = [c for c, o in outcomes.items() if o != "passed"]
+    if caught:
+        clean_outcomes, clean_summaries = _run_checks(clean, mutant, caught)
+        for check in caught:
+            if clean_outcomes[check] != "passed":
+                outcomes[check] = "unjudged"
+                summaries[check] += f"; unmutated: {clean_summaries[check]}"
+    killed = any(o in ("failed", "error") for o in outcomes.values())
     equivalent = False
-    if not killed:
+    if mutated is not None:
         # A survivor is only a gate weakness if the fault changes what the implementation computes:
         # compare with the unmutated implementation on the unedited scenario, bit for bit.
-        mutated = session.intree(profile, scenario, "free")
-        clean = ParitySession().runner(profile).run(runnable_spec(profile.scenario_spec(scenario)))
+        unmutated = clean.runner(profile).run(runnable_spec(profile.scenario_spec(scenario)))
         equivalent = (
-            clean.tokens == mutated.tokens
-            and clean.logits.tobytes() == mutated.logits.tobytes()
-            and all(clean.arrays[k].tobytes() == mutated.arrays[k].tobytes() for k in clean.arrays)
-            and clean.extra == mutated.extra
+            unmutated.tokens == mutated.tokens
+            and unmutated.logits.tobytes() == mutated.logits.tobytes()
+            and all(unmutated.arrays[k].tobytes() == mutated.arrays[k].tobytes() for k in unmutated.arrays)
+            and unmutated.extra == mutated.extra
         )
     return {
         "killed": killed,
         "equivalent": equivalent,
+        "unjudged": not killed and "unjudged" in outcomes.values(),
         "outcomes": outcomes,
         "summaries": summaries,
         "seconds": time.perf_counter() - started,
     }
 
 
+def _run_checks(
+    session: ParitySession, mutant: Mutant, checks: list[str] | None = None
+) -> tuple[dict[str, str], dict[str, str]]:
+    """(outcome, summary) per check of the mutant's scenario (or the named ones) in `session`."""
+    from harness.errors import HarnessError
+
+    profile = session.profile(mutant.model)
+    scenario = profile.scenario(mutant.scenario)
+    outcomes: dict[str, str] = {}
+    summaries: dict[str, str] = {}
+    for check in checks if checks is not None else profile.checks(scenario):
+        try:
+            result = session.run_check(profile, scenario, check)
+        except HarnessError as e:  # as make parity: an ERROR row, never a pass
+            outcomes[check], summaries[check] = "error", f"{type(e).__name__}: {e}"
+            continue
+        outcomes[check] = "passed" if result.passed else "failed"
+        summaries[check] = result.summary
+    return outcomes, summaries
+
+
 def matrix(judged: dict[str, dict[str, Any]]) -> tuple[list[str], list[str]]:
     """(markdown lines of the check x mutant matrix, the registry checks with no kill).
 
-    A cell: K the check failed on that mutant, E it errored, . it passed, blank not declared by
-    the mutant's scenario. A check is killed by a mutant whose run it failed, or by a gate test
-    (the registry's failing_tests) that shows it failing."""
+    A cell: K the check failed on that mutant, E it errored, U it failed on the unmutated
+    implementation too (not a kill), . it passed, blank not declared by the mutant's scenario.
+    A check is killed by a mutant whose run it failed, or by a gate test (the registry's
+    failing_tests) that shows it failing."""
     names = list(judged)
     lines = [
         "| check | " + " | ".join(names) + " | gate tests |",
         "|---|" + "---|" * len(names) + "---|",
     ]
-    symbol = {"failed": "K", "error": "E", "passed": "."}
+    symbol = {"failed": "K", "error": "E", "unjudged": "U", "passed": "."}
     lacking = []
     for check in registry():
         cells = [symbol.get(judged[n]["outcomes"].get(check, ""), "") for n in names]
@@ -293,51 +140,155 @@ def matrix(judged: dict[str, dict[str, Any]]) -> tuple[list[str], list[str]]:
     return lines, lacking
 
 
+def choose(only: list[str] | None, model: str | None) -> list[Mutant]:
+    """The mutants named (comma- or space-separated; none: all), each retargeted to `model`.
+    An unknown name, or a mutant with no scenario on `model`, is a ValueError naming it."""
+    names = [n for arg in only or () for n in arg.split(",") if n]
+    unknown = sorted(set(names) - {m.name for m in MUTANTS})
+    if unknown:
+        raise ValueError(f"unknown mutants {unknown}; known: {[m.name for m in MUTANTS]}")
+    chosen = [m for m in MUTANTS if not names or m.name in names]
+    if model is not None:
+        elsewhere = [f"{m.name} ({', '.join(m.models())})" for m in chosen if model not in m.models()]
+        if elsewhere:
+            raise ValueError(f"no scenario on {model} for: {'; '.join(elsewhere)}")
+    return [m.judged_on(model) for m in chosen]
+
+
+def verdict_of(outcome: dict[str, Any]) -> str:
+    if outcome.get("not_run"):
+        return "NOT RUN"
+    if outcome["killed"]:
+        return "KILLED"
+    return "UNJUDGED" if outcome["unjudged"] else "EQUIVALENT" if outcome["equivalent"] else "SURVIVED"
+
+
+def run_record(chosen: list[Mutant], judged: dict[str, dict[str, Any]], model: str | None) -> dict[str, Any]:
+    """One run's verdicts as `--json` writes them: the device, and per mutant where it was judged."""
+    from harness.provenance import device_facts
+
+    return {
+        "device": device_facts().as_dict(),
+        "model": model,
+        "mutants": [
+            {
+                "name": m.name,
+                "fault": m.fault,
+                "model": m.model,
+                "scenario": m.scenario,
+                "verdict": verdict_of(judged[m.name]),
+                "outcomes": judged[m.name]["outcomes"],
+                "summaries": {c: t[:500] for c, t in judged[m.name]["summaries"].items()},
+                "note": judged[m.name].get("note", ""),
+                "seconds": round(judged[m.name]["seconds"], 1),
+            }
+            for m in chosen
+        ],
+    }
+
+
+def summarize(runs: list[dict[str, Any]]) -> list[str]:
+    """Markdown: one row per mutant, one column per run (its model and device key), each cell the
+    verdict there and the checks that killed it; a blank cell: not chosen in that run."""
+    columns = [f"{r['model'] or 'own models'} ({r['device']['key']})" for r in runs]
+    names = list(dict.fromkeys(m["name"] for r in runs for m in r["mutants"]))
+    lines = ["| mutant | " + " | ".join(columns) + " |", "|---|" + "---|" * len(runs)]
+    for name in names:
+        cells = []
+        for run in runs:
+            entry = next((m for m in run["mutants"] if m["name"] == name), None)
+            if entry is None:
+                cells.append("")
+                continue
+            killed_by = [c for c, o in entry["outcomes"].items() if o in ("failed", "error")]
+            detail = ", ".join(killed_by) if killed_by else entry["note"]
+            cells.append(f"{entry['verdict']} ({entry['scenario']}{': ' + detail if detail else ''})")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness mutants", description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="*", help="mutant names (the matrix then covers only them)")
+    parser.add_argument(
+        "--only", nargs="*", help="mutant names, comma- or space-separated (the matrix then covers only them)"
+    )
+    parser.add_argument("--model", help="judge the chosen mutants on this model's scenario for them (Mutant.on)")
+    parser.add_argument("--json", type=Path, help="also write the verdicts here (for --summarize)")
+    parser.add_argument("--summarize", type=Path, nargs="+", help="print the mutant x model table of --json files")
     args = parser.parse_args(argv)
+    if args.summarize:
+        print("\n".join(summarize([json.loads(p.read_text(encoding="utf-8")) for p in args.summarize])))
+        return 0
     os.environ.setdefault("MLX_PARITY_LOCALIZE", "0")
-    chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
-    unknown = sorted(set(args.only or ()) - {m.name for m in MUTANTS})
-    if unknown:
-        print(f"error: unknown mutants {unknown}; known: {[m.name for m in MUTANTS]}")
+    try:
+        chosen = choose(args.only, args.model)
+    except ValueError as e:
+        print(f"error: {e}")
         return 2
-    rows, survivors, equivalents, judged = [], [], [], {}
+    from harness.provenance import device_facts
+    from harness.session import ParitySession
+
+    backend = device_facts().backend
+    scope: dict[str, set[str]] = {}
     for mutant in chosen:
-        outcome = judged[mutant.name] = judge(mutant)
-        if outcome["equivalent"]:
-            equivalents.append(mutant.name)
-        elif not outcome["killed"]:
-            survivors.append(mutant.name)
+        scope.setdefault(mutant.model, set()).add(mutant.scenario)
+    clean = ParitySession(selected_scenarios=scope)  # the unmutated implementation, for the whole run
+    rows, judged, by_verdict = [], {}, {}
+    for mutant in chosen:
+        profile = clean.profile(mutant.model)
+        scenario = profile.scenario(mutant.scenario)
+        if profile.runs_on(scenario, backend):
+            outcome = judge(mutant, clean)
+        else:
+            note = f"{'/'.join(scenario.backends or ())} only; this is {backend}"
+            outcome = {"not_run": True, "killed": False, "outcomes": {}, "summaries": {}, "seconds": 0.0, "note": note}
+        judged[mutant.name] = outcome
+        verdict = verdict_of(outcome)
+        by_verdict.setdefault(verdict, []).append(mutant.name)
         caught = ", ".join(
-            c + (" (error)" if o == "error" else "") for c, o in outcome["outcomes"].items() if o != "passed"
+            c + {"error": " (error)", "unjudged": " (unjudged)"}.get(o, "")
+            for c, o in outcome["outcomes"].items()
+            if o != "passed"
         )
-        verdict = "KILLED" if outcome["killed"] else "EQUIVALENT" if outcome["equivalent"] else "SURVIVED"
         where = f"{mutant.model}/{mutant.scenario}"
         rows.append(
-            f"| {mutant.name} | {mutant.fault} | {where} | {verdict} | {caught or '-'} | {outcome['seconds']:.0f} |"
+            f"| {mutant.name} | {mutant.fault} | {where} | {verdict} | {caught or outcome.get('note', '-')}"
+            f" | {outcome['seconds']:.0f} |"
         )
         print(rows[-1], flush=True)
         for check, o in outcome["outcomes"].items():
-            if o == "error":
+            if o in ("error", "unjudged"):
                 print(f"    {check}: {outcome['summaries'][check][:300]}", flush=True)
-    scored = len(chosen) - len(equivalents)
-    killed = scored - len(survivors)
+    survivors = by_verdict.get("SURVIVED", [])
+    scored = len(survivors) + len(by_verdict.get("KILLED", []))
     print("\n| mutant | fault | judged on | verdict | failing checks | s |\n|---|---|---|---|---|---:|")
     print("\n".join(rows))
     lines, lacking = matrix(judged)
-    print("\ncheck x mutant (K failed, E error, . passed, blank: not a check of that scenario):\n")
-    print("\n".join(lines))
-    not_scored = f"; equivalent (output bit-identical to the unmutated one, not scored): {', '.join(equivalents)}"
     print(
-        f"\nmutation score: {killed}/{scored} killed"
-        + (f"; SURVIVED: {', '.join(survivors)}" if survivors else "")
-        + (not_scored if equivalents else "")
+        "\ncheck x mutant (K failed, E error, U fails unmutated too, . passed, blank: not a check of that scenario):\n"
     )
+    print("\n".join(lines))
+    unscored = [
+        f"{label}: {', '.join(by_verdict[v])}"
+        for v, label in (
+            ("EQUIVALENT", "equivalent (output bit-identical to the unmutated one, not scored)"),
+            ("UNJUDGED", "UNJUDGED (the failing checks fail on the unmutated implementation too, not scored)"),
+            ("NOT RUN", f"NOT RUN on {backend} (not scored)"),
+        )
+        if by_verdict.get(v)
+    ]
+    print(
+        f"\nmutation score: {scored - len(survivors)}/{scored} killed"
+        + (f"; SURVIVED: {', '.join(survivors)}" if survivors else "")
+        + "".join(f"; {u}" for u in unscored)
+    )
+    if args.json:
+        atomic_write_json(args.json, run_record(chosen, judged, args.model))
+    # Whether every check has a kill is a question about the whole list, not a chosen few.
+    lacking = lacking if not args.only else []
     if lacking:
         print(f"checks with no kill (no mutant failed them, no gate test): {', '.join(lacking)}")
-    return 1 if survivors or lacking else 0
+    return 1 if survivors or lacking or by_verdict.get("UNJUDGED") or by_verdict.get("NOT RUN") else 0
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from harness.artifacts.twins.minicpm5 import (
     MINICPM5_2B_MINI,
     MINICPM5_2B_MINI_BF16,
     MINICPM5_2B_MINI_DRAFT,
+    MINICPM5_2B_MINI_FP16,
 )
 from harness.artifacts.twins.spec import LlamaShape, QuantSettings, TwinSpec
 from harness.artifacts.twins.whisper import WHISPER_TWINS, WhisperTwinSpec
@@ -47,6 +48,7 @@ TWINS: dict[str, TwinSpec | WhisperTwinSpec] = {
         MINICPM5_2B_MINI,
         MINICPM5_2B_MINI_BF16,
         MINICPM5_2B_MINI_DRAFT,
+        MINICPM5_2B_MINI_FP16,
         *WHISPER_TWINS,
     )
 }

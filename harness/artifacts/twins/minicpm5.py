@@ -191,6 +191,15 @@ MINICPM5_2B_MINI_BF16 = _spec(
     shape=MINICPM5_2B_MINI_SHAPE,
     float_dtype="bfloat16",
 )
+# The same weights with float16 scales, biases and norms: the float16 counterpart of the bf16 twin,
+# for faults that half-precision rounding shows and float32 hides (`make mutants --model`).
+MINICPM5_2B_MINI_FP16 = _spec(
+    "minicpm5-2b-mini-fp16",
+    "the minicpm5-2b-mini twin with float16 scales, biases and norms (half-precision activations)",
+    seed=50_003,
+    shape=MINICPM5_2B_MINI_SHAPE,
+    float_dtype="float16",
+)
 # A smaller twin of the same tokenizer with other seeded weights: a draft model for the mini
 # twin's speculative-decoding scenarios that (random against random) is always rejected.
 MINICPM5_2B_MINI_DRAFT = _spec(
