@@ -113,6 +113,18 @@ def test_multilingual_special_ids_equal_mlx_whisper(gpt2_sized_ranks):
         tokenizer.get_tokenizer(encoding, multilingual=True, num_languages=100, language="klingon")
 
 
+def test_get_tokenizer_is_built_once_per_encoding_language_and_task():
+    """Every decode call asks for its tokenizer: the same arguments give the same object (as
+    mlx-whisper caches get_tokenizer), other arguments or another encoding a new one."""
+    encoding = tokenizer.build_encoding(synthetic_ranks(256), num_languages=0)
+    first = tokenizer.get_tokenizer(encoding, multilingual=False, num_languages=0)
+    assert tokenizer.get_tokenizer(encoding, multilingual=False, num_languages=0) is first
+    # an English-only model has no language or task token: asking for one changes nothing
+    assert tokenizer.get_tokenizer(encoding, multilingual=False, num_languages=0, language="fr") is first
+    other = tokenizer.build_encoding(synthetic_ranks(256), num_languages=0)
+    assert tokenizer.get_tokenizer(other, multilingual=False, num_languages=0) is not first
+
+
 def _byte_level(token: bytes) -> str:
     to_char = {b: c for c, b in tokenizer._byte_level_decoder().items()}
     return "".join(to_char[b] for b in token)
@@ -246,6 +258,125 @@ def test_filter_order_changes_the_choice(small_tokenizer):
     swapped = suppress.apply(rules.apply(logits, tokens), tokens)
     assert in_order.argmax().item() == tb  # 66 gone, 67 (3.0) loses to the timestamps
     assert swapped.argmax().item() == 67  # 66 (9.0) kept text allowed, then was suppressed
+
+
+def reference_timestamp_rules(
+    tok: tokenizer.Tokenizer,
+    logits: mx.array,
+    tokens: mx.array,
+    sample_begin: int,
+    max_initial_timestamp_index: int | None,
+    monotonic: bool,
+    openai: bool,
+) -> mx.array:
+    """mlx-whisper 0.4.3's ApplyTimestampRules.apply as it is written (the token list read back,
+    a numpy mask built row by row), with openai-whisper's monotonic rule and post-mask
+    comparison when asked: the reference the device-side filter must equal bit for bit."""
+    tb, eot = tok.timestamp_begin, tok.eot
+    mask = np.zeros(logits.shape, np.float32)
+    mask[:, tok.no_timestamps] = -np.inf
+    rows = tokens.tolist()
+    for k, row_tokens in enumerate(rows):
+        seq = row_tokens[sample_begin:]
+        last_was_timestamp = len(seq) >= 1 and seq[-1] >= tb
+        penultimate_was_timestamp = len(seq) < 2 or seq[-2] >= tb
+        if last_was_timestamp:
+            if penultimate_was_timestamp:
+                mask[k, tb:] = -np.inf
+            else:
+                mask[k, :eot] = -np.inf
+        timestamps = [t for t in seq if t >= tb]
+        if monotonic and timestamps:
+            last = timestamps[-1] if last_was_timestamp and not penultimate_was_timestamp else timestamps[-1] + 1
+            mask[k, tb:last] = -np.inf
+    if len(rows[0]) == sample_begin:
+        mask[:, :tb] = -np.inf
+        if max_initial_timestamp_index is not None:
+            mask[:, tb + max_initial_timestamp_index + 1 :] = -np.inf
+    mask = mx.array(mask)
+    if openai:
+        logits, mask = logits + mask, mx.zeros_like(mask)
+    logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    timestamp_logprob = logprobs[:, tb:].logsumexp(axis=-1, keepdims=True)
+    max_text_token_logprob = logprobs[:, :tb].max(axis=-1, keepdims=True)
+    mask[:, :tb] = mx.where(timestamp_logprob > max_text_token_logprob, -mx.inf, mask[:, :tb])
+    return logits + mask
+
+
+def random_histories(tok: tokenizer.Tokenizer, rng: np.random.Generator, n_batch: int, length: int) -> np.ndarray:
+    """`[n_batch, length]` sampled tokens: text, timestamps (increasing or not) and EOT mixed."""
+    tb = tok.timestamp_begin
+    kinds = rng.choice(3, size=(n_batch, length), p=[0.5, 0.4, 0.1])
+    text = rng.integers(0, tok.eot, size=(n_batch, length))
+    stamps = tb + rng.integers(0, 1501, size=(n_batch, length))
+    return np.where(kinds == 0, text, np.where(kinds == 1, stamps, tok.eot))
+
+
+def random_logits(tok: tokenizer.Tokenizer, rng: np.random.Generator, n_batch: int, regime: int) -> mx.array:
+    """Regime 0: text likelier; 1: timestamps likelier; 2: near-ties between the two sides,
+    with suppressed (-inf) tokens, as SuppressTokens leaves them."""
+    n_vocab, tb = tok.encoding.n_vocab, tok.timestamp_begin
+    logits = rng.standard_normal((n_batch, n_vocab)).astype(np.float32)
+    if regime == 0:
+        logits[:, rng.integers(0, tb, size=3)] += 12.0
+    elif regime == 1:
+        logits[:, tb:] += 4.0
+    else:
+        logits[:, :tb] = np.float32(np.log(n_vocab - tb))  # the timestamps' total against one text token
+        logits[:, tb:] = 0.0
+        logits[:, rng.integers(0, tb, size=5)] = -np.inf
+    return mx.array(logits)
+
+
+@pytest.mark.parametrize(("monotonic", "openai"), [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("max_initial", [None, 0, 50])
+def test_timestamp_rules_on_the_device_equal_the_host_mask_bit_for_bit(small_tokenizer, monotonic, openai, max_initial):
+    """The filter reads nothing back (its grammar is a function of `tokens` on the device) and
+    gives the very bits mlx-whisper's host-built mask gives: every prefix length (0, 1, 2 and
+    more sampled tokens), batch rows in every grammar state, three logit regimes."""
+    tok = small_tokenizer
+    rng = np.random.default_rng(18)
+    sample_begin = 3
+    rules = ApplyTimestampRules(
+        tok, sample_begin, max_initial, fix_monotonic_timestamps=monotonic, openai_whisper=openai
+    )
+    compared = 0
+    for n_sampled in (0, 1, 2, 3, 7):
+        history = random_histories(tok, rng, 16, n_sampled)
+        prompt = np.broadcast_to(np.array([tok.sot, 5, 6]), (16, sample_begin))
+        for dtype in (mx.int32, mx.uint32):
+            tokens = mx.array(np.concatenate([prompt, history], axis=1)).astype(dtype)
+            for regime in range(3):
+                logits = random_logits(tok, rng, 16, regime)
+                expected = reference_timestamp_rules(tok, logits, tokens, sample_begin, max_initial, monotonic, openai)
+                got = rules.apply(logits, tokens)
+                assert got.dtype == mx.float32 and got.shape == logits.shape
+                assert np.array_equal(np.array(got).view(np.uint32), np.array(expected).view(np.uint32)), (
+                    n_sampled,
+                    dtype,
+                    regime,
+                )
+                compared += 1
+    assert compared == 30
+
+
+def test_a_wrong_device_timestamp_rule_is_seen_by_the_bitwise_comparison(small_tokenizer, monkeypatch):
+    """The comparison above has teeth: an open pair that also forbids EOT differs from the reference."""
+    tok = small_tokenizer
+    tb = tok.timestamp_begin
+    rules = ApplyTimestampRules(tok, 1, None)
+    original = rules.grammar_mask
+
+    def eot_too(tokens: mx.array, n_vocab: int) -> mx.array:  # an open pair forbids EOT as well
+        return mx.where(
+            (mx.arange(n_vocab)[None] == tok.eot) & (tokens[:, -1:] >= tb), -mx.inf, original(tokens, n_vocab)
+        )
+
+    monkeypatch.setattr(rules, "grammar_mask", eot_too)
+    tokens = mx.array([[tok.sot, tb, 65, tb + 10]])  # a pair open: its closing timestamp or EOT next
+    logits = row(tok, {65: 12.0})
+    expected = reference_timestamp_rules(tok, logits, tokens, 1, None, False, False)
+    assert not np.array_equal(np.array(rules.apply(logits, tokens)), np.array(expected))
 
 
 class FakeDims:

@@ -25,9 +25,17 @@ from harness.errors import HarnessError
 class Worker:
     """One side's process: started, waited for (`ready`), asked for runs, closed."""
 
-    def __init__(self, name: str, cmd: list[str], env: dict[str, str], cwd: Path):
+    def __init__(
+        self,
+        name: str,
+        cmd: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        answer_keys: tuple[str, ...] = ("prefill_s", "decode_s", "peak_bytes"),
+    ):
         self.name = name
         self.cmd = cmd
+        self.answer_keys = answer_keys  # what every `run` answer must hold
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd
         )
@@ -61,7 +69,7 @@ class Worker:
         self.proc.stdin.write("run\n")
         self.proc.stdin.flush()
         answer = self._line()
-        missing = {"prefill_s", "decode_s", "peak_bytes"} - answer.keys()
+        missing = set(self.answer_keys) - answer.keys()
         if missing:
             raise HarnessError(f"bench worker {self.name!r}: run answer lacks {sorted(missing)}: {answer}")
         return answer
@@ -88,13 +96,14 @@ def paired_rounds(workers: list[Worker], rounds: int) -> dict[str, list[dict[str
     return runs
 
 
-def spread(values: list[float]) -> dict[str, Any]:
-    """best-of (the highest), median, min, max and interquartile range of per-round figures."""
+def spread(values: list[float], lower_is_better: bool = False) -> dict[str, Any]:
+    """best-of (the highest, or the lowest for times), median, min, max and interquartile range
+    of per-round figures."""
     if not values:
         raise HarnessError("spread: no values")
     quartiles = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else [values[0]] * 3
     return {
-        "best": max(values),
+        "best": min(values) if lower_is_better else max(values),
         "median": statistics.median(values),
         "min": min(values),
         "max": max(values),

@@ -429,6 +429,15 @@ class ApplyTimestampRules(LogitFilter):
     `openai_whisper=True` is openai-whisper's filter (the beam-search reference): the
     monotonic rule, and the timestamp-vs-text comparison made on the logits after the
     grammar mask, where mlx-whisper compares the logits as they came in.
+
+    mlx-whisper reads the token list back to the host every step (`tokens.tolist()`) and
+    builds the grammar mask in numpy row by row. Here the mask is a function of arrays: what
+    the rules read (the last and penultimate sampled token, the last sampled timestamp) is
+    sliced from `tokens` on the device, and how many tokens were sampled is its shape, which
+    the host knows. Nothing is read back, so the decode loop can queue the next step before
+    the current one is done. The mask holds the same values (0 or -inf) at the same places,
+    and the timestamp-vs-text comparison uses mlx-whisper's very ops and dtype (float32
+    logsumexp and max with keepdims, `>`), so the filtered logits are the same bits.
     """
 
     def __init__(
@@ -444,38 +453,43 @@ class ApplyTimestampRules(LogitFilter):
         self.max_initial_timestamp_index = max_initial_timestamp_index
         self.fix_monotonic_timestamps = fix_monotonic_timestamps or openai_whisper
         self.openai_whisper = openai_whisper
+        self._constants: _GrammarMasks | None = None
 
-    def _grammar_mask(self, shape: tuple[int, ...], rows: list[list[int]]) -> np.ndarray:
-        timestamp_begin, eot = self.tokenizer.timestamp_begin, self.tokenizer.eot
-        mask = np.zeros(shape, np.float32)
-        mask[:, self.tokenizer.no_timestamps] = -np.inf
-        for k, row in enumerate(rows):
-            sampled = row[self.sample_begin :]
-            last_was_timestamp = len(sampled) >= 1 and sampled[-1] >= timestamp_begin
-            penultimate_was_timestamp = len(sampled) < 2 or sampled[-2] >= timestamp_begin
-            if last_was_timestamp:
-                if penultimate_was_timestamp:  # a pair just closed: text (or EOT) next
-                    mask[k, timestamp_begin:] = -np.inf
-                else:  # a pair is open: its closing timestamp (or EOT) next
-                    mask[k, :eot] = -np.inf
-            if self.fix_monotonic_timestamps:
-                timestamps = [t for t in sampled if t >= timestamp_begin]
-                if timestamps:
-                    # openai-whisper: no going back; a new segment must not be empty either
-                    last = (
-                        timestamps[-1] if last_was_timestamp and not penultimate_was_timestamp else timestamps[-1] + 1
-                    )
-                    mask[k, timestamp_begin:last] = -np.inf
+    def _masks(self, n_vocab: int) -> _GrammarMasks:
+        if self._constants is None or self._constants.n_vocab != n_vocab:
+            self._constants = _GrammarMasks.build(self.tokenizer, n_vocab, self.max_initial_timestamp_index)
+        return self._constants
 
-        if len(rows[0]) == self.sample_begin:
-            mask[:, :timestamp_begin] = -np.inf  # the first sampled token is a timestamp
-            if self.max_initial_timestamp_index is not None:
-                mask[:, timestamp_begin + self.max_initial_timestamp_index + 1 :] = -np.inf
+    def grammar_mask(self, tokens: mx.array, n_vocab: int) -> mx.array:
+        """`[n_batch or 1, n_vocab]` float32, 0 or -inf: what the grammar forbids after `tokens`."""
+        masks = self._masks(n_vocab)
+        timestamp_begin = self.tokenizer.timestamp_begin
+        n_sampled = tokens.shape[1] - self.sample_begin
+        if n_sampled == 0:
+            return masks.initial
+        last_was_timestamp = tokens[:, -1] >= timestamp_begin
+        if n_sampled >= 2:
+            penultimate_was_timestamp = tokens[:, -2] >= timestamp_begin
+            # 0: text last; 1: a pair just closed (text or EOT next); 2: a pair is open (its
+            # closing timestamp or EOT next)
+            state = last_was_timestamp.astype(mx.int32) * (2 - penultimate_was_timestamp.astype(mx.int32))
+        else:  # a lone first timestamp closes a pair
+            state = last_was_timestamp.astype(mx.int32)
+        mask = masks.by_state[state]
+        if self.fix_monotonic_timestamps:
+            # openai-whisper: no going back; a new segment must not be empty either
+            sampled = tokens[:, self.sample_begin :]
+            positions = mx.arange(1, n_sampled + 1, dtype=mx.int32)[None]
+            last_position = mx.max(mx.where(sampled >= timestamp_begin, positions, 0), axis=1, keepdims=True)
+            last_timestamp = mx.take_along_axis(sampled, mx.maximum(last_position - 1, 0), axis=1).astype(mx.int32)
+            bound = mx.where(state[:, None] == 2, last_timestamp, last_timestamp + 1)
+            going_back = (last_position > 0) & masks.is_timestamp & (masks.vocab < bound)
+            mask = mx.where(going_back, _NEG_INF, mask)
         return mask
 
     def apply(self, logits: mx.array, tokens: mx.array) -> mx.array:
         timestamp_begin = self.tokenizer.timestamp_begin
-        mask = mx.array(self._grammar_mask(logits.shape, tokens.tolist()))
+        mask = self.grammar_mask(tokens, logits.shape[-1])
         if self.openai_whisper:
             logits, mask = logits + mask, mx.zeros_like(mask)
         # mlx-whisper: the comparison uses the logits as they came in (earlier filters
@@ -483,10 +497,41 @@ class ApplyTimestampRules(LogitFilter):
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         timestamp_logprob = logprobs[:, timestamp_begin:].logsumexp(axis=-1, keepdims=True)
         max_text_token_logprob = logprobs[:, :timestamp_begin].max(axis=-1, keepdims=True)
-        mask[:, :timestamp_begin] = mx.where(
-            timestamp_logprob > max_text_token_logprob, -mx.inf, mask[:, :timestamp_begin]
-        )
+        text = self._masks(logits.shape[-1]).is_text
+        mask = mx.where((timestamp_logprob > max_text_token_logprob) & text, _NEG_INF, mask)
         return logits + mask
+
+
+@dataclass(frozen=True)
+class _GrammarMasks:
+    """ApplyTimestampRules' constant masks for one vocabulary size, built once per filter."""
+
+    n_vocab: int
+    vocab: mx.array  # [1, n_vocab] int32 token ids
+    is_timestamp: mx.array  # [1, n_vocab] bool
+    is_text: mx.array  # [1, n_vocab] bool: below the first timestamp (EOT and the other specials too)
+    initial: mx.array  # [1, n_vocab] float32: the first sampled token's mask
+    by_state: mx.array  # [3, n_vocab] float32: text last, a pair closed, a pair open
+
+    @classmethod
+    def build(cls, tokenizer: Tokenizer, n_vocab: int, max_initial_timestamp_index: int | None) -> _GrammarMasks:
+        timestamp_begin, eot = tokenizer.timestamp_begin, tokenizer.eot
+        by_state = np.zeros((3, n_vocab), np.float32)
+        by_state[:, tokenizer.no_timestamps] = -np.inf
+        by_state[1, timestamp_begin:] = -np.inf
+        by_state[2, :eot] = -np.inf
+        initial = by_state[:1].copy()
+        initial[:, :timestamp_begin] = -np.inf
+        if max_initial_timestamp_index is not None:
+            initial[:, timestamp_begin + max_initial_timestamp_index + 1 :] = -np.inf
+        vocab = mx.arange(n_vocab, dtype=mx.int32)[None]
+        is_timestamp = vocab >= timestamp_begin
+        masks = cls(n_vocab, vocab, is_timestamp, ~is_timestamp, mx.array(initial), mx.array(by_state))
+        mx.eval(masks.vocab, masks.is_timestamp, masks.is_text, masks.initial, masks.by_state)
+        return masks
+
+
+_NEG_INF = mx.array(-mx.inf, dtype=mx.float32)
 
 
 class DecodingTask:
@@ -666,18 +711,22 @@ class DecodingTask:
         tokens, completed, sum_logprobs, pre_logits, step_logits = self._step(
             tokens, audio_features, tokens, sum_logprobs, 0
         )
-        self.observer.on_step(step_logits, tokens[:, -1], True)
         probs_at_sot = mx.softmax(pre_logits[:, self.sot_index], axis=-1)
         no_speech_probs = probs_at_sot[:, self.tokenizer.no_speech]
+        mx.async_eval(completed, tokens, sum_logprobs, no_speech_probs)
+        self.observer.on_step(step_logits, tokens[:, -1], True)
 
         for step in range(1, self.sample_len):
             if tokens.shape[-1] > self.n_ctx:
                 break
-            # The oracle computes this step before it looks at `completed`: a step past the
-            # end is computed (and sampled) and then dropped.
+            # As the oracle does: this step is queued before the previous one's `completed`
+            # is read (the only host read per step: the logit filters read nothing back), so
+            # the device computes it while the host waits. A step past the end is therefore
+            # computed (and sampled) and then dropped.
             next_tokens, next_completed, next_sum_logprobs, _, step_logits = self._step(
                 tokens[:, -1:], audio_features, tokens, sum_logprobs, step
             )
+            mx.async_eval(next_completed, next_tokens, next_sum_logprobs)
             self.observer.on_step(step_logits, next_tokens[:, -1], not completed)
             if completed:
                 break

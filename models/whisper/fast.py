@@ -72,11 +72,15 @@ def fuse_qkv(attn: MultiHeadAttention) -> tuple[mx.array, mx.array]:
 def _split_heads(x: mx.array, n_head: int) -> mx.array:
     """`[B, T, D]` -> `[B, H, T, D/H]`."""
     b, t, d = x.shape
+    if t == 1:  # the same elements in the same order: one reshape, no transposed view to copy later
+        return x.reshape(b, n_head, 1, d // n_head)
     return x.reshape(b, t, n_head, d // n_head).transpose(0, 2, 1, 3)
 
 
 def _merge_heads(x: mx.array) -> mx.array:
     b, h, t, dh = x.shape
+    if t == 1:
+        return x.reshape(b, 1, h * dh)
     return x.transpose(0, 2, 1, 3).reshape(b, t, h * dh)
 
 
@@ -181,6 +185,9 @@ class FastWhisper:
         n_ctx = self.dims.n_text_ctx
         n_new = x.shape[1]
         positions = mx.arange(n_ctx)
+        if offset is not None:  # made once for every layer
+            here = (positions == offset)[None, None, :, None]
+            mask = (positions <= offset)[None, None, None, :]
         new_kv = []
         buffers = self_kv if self_kv is not None else [(None, None)] * len(dec.blocks)
         for block, (w_qkv, b_qkv), (k_buf, v_buf), (ck, cv) in zip(
@@ -189,9 +196,7 @@ class FastWhisper:
             q, k, v = mx.split(mx.addmm(b_qkv, _layer_norm(x, block.attn_ln), w_qkv.T), 3, axis=-1)
             q, k, v = _split_heads(q, n_head), _split_heads(k, n_head), _split_heads(v, n_head)
             if offset is not None:  # one step: write position `offset`, attend to 0..offset
-                here = (positions == offset)[None, None, :, None]
                 k_buf, v_buf = mx.where(here, k, k_buf), mx.where(here, v, v_buf)
-                mask = (positions <= offset)[None, None, None, :]
                 attended = mx.fast.scaled_dot_product_attention(q, k_buf, v_buf, scale=scale, mask=mask)
             else:  # the prompt from position 0: causal over itself
                 attended = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask="causal")
@@ -354,6 +359,7 @@ class _FastTask:
         self.tokenizer = self.task.tokenizer
         self.filters = FastFilters.from_decoding(self.task.logit_filters, fast.dims.n_vocab)
         self.eot = self.tokenizer.eot
+        self._no_force: mx.array | None = None
 
     def _audio_features(self, mel: mx.array) -> mx.array:
         if self.options.fp16:
@@ -366,7 +372,10 @@ class _FastTask:
 
     def _forced(self, step: int, n_batch: int) -> mx.array:
         if self.forced_tokens is None:
-            return mx.zeros((n_batch,), mx.int32)
+            # made once per call: a new host array every step is a host-to-device copy per step
+            if self._no_force is None or self._no_force.shape[0] != n_batch:
+                self._no_force = mx.zeros((n_batch,), mx.int32)
+            return self._no_force
         if len(self.forced_tokens) != n_batch:
             raise ValueError(f"teacher forcing: {len(self.forced_tokens)} forced sequences for a batch of {n_batch}")
         return mx.array([m[step] if step < len(m) else self.eot for m in self.forced_tokens], mx.int32)
@@ -404,10 +413,12 @@ class _FastTask:
 
         sampled = [token]
         length = len(initial) + 1
+        # The step's position stays on the device (one add per step), as the token does.
+        offset = mx.array(length - 1, mx.int32)
         for i in range(1, task.sample_len):
             if length > task.n_ctx:
                 break
-            out = step(token, mx.array(length - 1, mx.int32), self_kv, cross, state, sums, self._forced(i, n_batch))
+            out = step(token, offset, self_kv, cross, state, sums, self._forced(i, n_batch))
             next_raw, next_kv, next_token, next_completed, next_sums, next_state, next_pick = out
             mx.async_eval(next_token, next_completed, next_sums, next_kv)
             done = bool(completed.item())  # the previous step, read while this one computes
@@ -420,6 +431,7 @@ class _FastTask:
             token, completed, sums, state, self_kv = next_token, next_completed, next_sums, next_state, next_kv
             sampled.append(token)
             length += 1
+            offset = offset + 1
 
         tokens = mx.stack(sampled, axis=1)
         mx.eval(tokens, sums, no_speech)

@@ -341,6 +341,16 @@ def get_tokenizer(
     else:
         language = None
         task = None
+    return _shared_tokenizer(encoding, num_languages, language, task)
+
+
+@lru_cache(maxsize=64)
+def _shared_tokenizer(
+    encoding: tiktoken.Encoding, num_languages: int, language: str | None, task: str | None
+) -> Tokenizer:
+    # One Tokenizer per (encoding object, language, task), as mlx-whisper caches its
+    # get_tokenizer: every decode call asks for one, and a new one would look up its ~1600
+    # special tokens and encode the non-speech symbols again.
     return Tokenizer(encoding=encoding, num_languages=num_languages, language=language, task=task)
 
 
