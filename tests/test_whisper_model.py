@@ -8,6 +8,7 @@ import wave
 from pathlib import Path
 
 import mlx.core as mx
+import mlx.nn as nn
 import numpy as np
 import pytest
 from mlx.utils import tree_flatten
@@ -310,7 +311,49 @@ def test_loader_rejects_extra_config_keys(mini_dir: Path, tmp_path: Path) -> Non
     with pytest.raises(ValueError, match="unknown keys \\['n_ctx'\\]"):
         load_model(d)
     (d / "config.json").write_text(json.dumps({**config, "quantization": {"bits": 4}}))
-    with pytest.raises(ValueError, match="quantized"):
+    with pytest.raises(ValueError, match="quantization must hold positive integer group_size and bits"):
+        load_model(d)
+    (d / "config.json").write_text(json.dumps({**config, "quantization": {"bits": 4, "group_size": 64, "x": 1}}))
+    with pytest.raises(ValueError, match=r"unknown keys \['x'\]"):
+        load_model(d)
+
+
+def _quantized_copy(mini_dir: Path, dst: Path, bits: int = 4) -> Path:
+    from harness.quality.whisper_candidate import quantize_whisper_dir
+
+    dst.mkdir()
+    quantize_whisper_dir(mini_dir, dst, bits=bits, group_size=64)
+    return dst
+
+
+def test_loader_loads_an_mlx_quantized_directory(mini_dir: Path, tmp_path: Path, tone_features: mx.array) -> None:
+    d = _quantized_copy(mini_dir, tmp_path / "q4")
+    assert json.loads((d / "config.json").read_text())["quantization"] == {"group_size": 64, "bits": 4}
+    model = load_model(d)
+    # As mlx-whisper's load_models: every Linear / Embedding with scales is quantized, nothing else.
+    assert isinstance(model.decoder.token_embedding, nn.QuantizedEmbedding)
+    assert isinstance(model.encoder.blocks[0].attn.key, nn.QuantizedLinear)
+    assert isinstance(model.decoder.blocks[1].mlp2, nn.QuantizedLinear)
+    assert isinstance(model.encoder.conv1, nn.Conv1d) and isinstance(model.decoder.ln, nn.LayerNorm)
+    # Every parameter is the file's tensor, bit for bit.
+    stored = mx.load(str(d / "weights.safetensors"))
+    for name, value in tree_flatten(model.parameters()):
+        assert name in stored and np.array_equal(np.array(value), np.array(stored[name])), name
+    # It computes: logits close to the float model's (4-bit), not equal.
+    tokens = mx.array([[50258, 50259, 50360]])
+    quantized = model.logits(tokens, tone_features)[0]
+    full = load_model(mini_dir).logits(tokens, tone_features)[0]
+    assert quantized.shape == full.shape and not np.array_equal(np.array(quantized), np.array(full))
+
+
+def test_loader_names_a_broken_quantized_tensor(mini_dir: Path, tmp_path: Path) -> None:
+    d = _quantized_copy(mini_dir, tmp_path / "q8", bits=8)
+    name = "decoder.blocks.0.attn.query"
+    _rewrite_weights(d, lambda w: w.update({f"{name}.weight": w[f"{name}.weight"].astype(mx.float32)}))
+    with pytest.raises(ValueError, match=rf"tensor {name}\.weight has dtype mlx.core.float32, expected uint32"):
+        load_model(d)
+    _rewrite_weights(d, lambda w: w.pop(f"{name}.scales"))  # not quantized then: its packed tensors misfit
+    with pytest.raises(ValueError, match=rf"unknown tensor {name}\.biases"):
         load_model(d)
 
 

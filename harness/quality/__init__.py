@@ -1,0 +1,1 @@
+"""Quantization quality of a candidate against its control, measured apart from parity."""
