@@ -99,6 +99,8 @@ def _install_fake(monkeypatch: pytest.MonkeyPatch, tmp: Path, cross_check: str, 
 def _resolved(monkeypatch: pytest.MonkeyPatch, tmp: Path) -> None:
     from harness.quality import sides
 
+    (tmp / "control").mkdir(exist_ok=True)
+    (tmp / "control" / "config.json").write_text('{"n_vocab": 51864}')
     control = sides.ResolvedSide(tmp / "control", {"identity": {"source": "hub"}, "tokenizer": "t"}, "real", "control")
     monkeypatch.setattr(quality_run, "resolve_side", lambda profile, side, where: control)
 
@@ -112,10 +114,17 @@ def test_a_speech_pair_is_summarized_from_the_layers_fixtures(isolated: Path, mo
     assert calls["measure"][2] == ["fox.wav"]  # the profile's speech fixtures by default
     (report,) = (isolated / "reports").glob("quality-tiny-whisper-*/quality.json")
     (pair,) = json.loads(report.read_text())["pairs"]
+    assert pair["source"] == "computed"
     assert pair["summary"]["steps"] == 4 and pair["summary"]["wer"] == pytest.approx(0.1)
     assert pair["summary"]["top1_agreement"]["value"] == pytest.approx(0.75)
     assert pair["quality"]["status"] == "FAIL" and "max_wer" in pair["quality"]["reasons"][0]
     assert pair["cross_check"]["status"] == "equal"
+    calls.clear()
+    assert cli.main(["--model", "tiny-whisper"]) == 3  # a second run: served from the cache
+    assert "measure" not in calls
+    again = max((isolated / "reports").glob("quality-tiny-whisper-*/quality.json"), key=lambda p: p.stat().st_mtime_ns)
+    (cached,) = json.loads(again.read_text())["pairs"]
+    assert cached["source"] == "cached" and cached["summary"] == pair["summary"]
 
 
 def test_a_speech_cross_check_difference_is_a_parity_failure(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:

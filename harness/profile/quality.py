@@ -171,17 +171,17 @@ class QualitySide:
             "requantize": self.requantize,
         }
 
-    def describe(self) -> str:
-        what = (
-            f"twin {self.twin}"
-            if self.twin
-            else "profile artifact"
-            if self.artifact == "profile"
-            else "pinned artifact"
-        )
-        if not isinstance(self.artifact, str | None):
-            a = self.artifact
-            what = f"{a.repo}@{(a.revision or '')[:7]}" if a.source == "hub" else f"{a.package}=={a.version}"
+    def describe(self, profile_artifact: Any = None) -> str:
+        """What the side is, in a few words (`profile_artifact`: what `artifact: profile` names)."""
+        artifact = profile_artifact if self.artifact == "profile" and profile_artifact is not None else self.artifact
+        if self.twin:
+            what = f"twin {self.twin}"
+        elif isinstance(artifact, str | None):
+            what = "profile artifact"
+        elif artifact.source == "hub":
+            what = f"{artifact.repo}@{(artifact.revision or '')[:7]}"
+        else:
+            what = f"{artifact.package}=={artifact.version}"
         if self.kv:
             what += f", {self.kv.describe()}"
         if self.requantize:

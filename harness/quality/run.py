@@ -5,6 +5,7 @@ Speech pairs go to the Whisper measurement layer (harness/quality/whisper.py).""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 from collections.abc import Callable
@@ -229,29 +230,42 @@ def _measure_whisper(profile, pair, where, control, on_progress) -> PairResult:
     layer = whisper_layer()
     assert profile.quality is not None
     recipe = pair.candidate.requantize
-    if recipe is not None:
-        if pair.candidate.artifact != "profile" and pair.candidate.twin is None:
-            base = resolve_side(profile, pair.candidate, f"{where}.candidate").model_dir
-        else:
-            base = control.model_dir
-        candidate_dir = layer.build_whisper_candidate(base, bits=recipe["bits"], group_size=recipe["group_size"])
-        candidate = ResolvedSide(
-            Path(candidate_dir),
-            {"identity": {"source": "requantized", "of": control.provenance, **recipe}},
-            control.ran,
-            pair.candidate.describe(),
+    base = resolve_side(profile, dataclasses.replace(pair.candidate, requantize=None), f"{where}.candidate")
+    check_pair_sides(where, control, base)
+    candidate = base
+    if recipe is not None:  # MLX's own quantization of the side's weights, built once by the layer
+        candidate_dir = layer.build_whisper_candidate(
+            base.model_dir, bits=recipe["bits"], group_size=recipe["group_size"]
         )
-    else:
-        candidate = resolve_side(profile, pair.candidate, f"{where}.candidate")
-        check_pair_sides(where, control, candidate)
+        identity = {"source": "requantized", "of": base.provenance, **recipe}
+        candidate = ResolvedSide(
+            Path(candidate_dir), {"identity": identity}, base.ran, pair.candidate.describe(profile.artifact)
+        )
     fixtures = profile.quality.fixtures or sorted({s.audio for s in profile.scenarios if s.audio})
-    results = layer.measure_whisper_pair(
-        profile=profile,
-        control_dir=control.model_dir,
-        candidate_dir=Path(candidate.model_dir),
-        fixtures=[REPO_ROOT / f for f in fixtures],
-        progress=on_progress,
-    )
+    key = {
+        "format": store.QUALITY_FORMAT,
+        "harness_version": HARNESS_VERSION,
+        "pair": {"control": pair.control.identity(), "candidate": pair.candidate.identity()},
+        "sides": {"control": control.provenance, "candidate": candidate.provenance},
+        "fixtures": {f: sha256_file(REPO_ROOT / f) for f in fixtures},
+        "oracle": speech_oracle_facts(layer),
+    }
+    entry = store.entry_dir(profile.name, pair.id, key)
+    results, why = store.load_fixtures(entry, key)
+    source = "cached"
+    if results is None:
+        if why != "not cached":
+            progress.say(f"quality {profile.name}/{pair.id}: {why}: computing it again")
+        results = layer.measure_whisper_pair(
+            profile=profile,
+            control_dir=control.model_dir,
+            candidate_dir=Path(candidate.model_dir),
+            fixtures=[REPO_ROOT / f for f in fixtures],
+            progress=lambda message: progress.say(f"quality {profile.name}/{pair.id}: {message}"),
+        )
+        if not any(str(r.cross_check).startswith("differs") for r in results):  # a failure is never served again
+            store.save_fixtures(entry, key, results)
+        source = "computed" if why == "not cached" else f"recomputed: {why}"
     summary = summarize_whisper(results)
     return PairResult(
         pair=pair,
@@ -260,11 +274,36 @@ def _measure_whisper(profile, pair, where, control, on_progress) -> PairResult:
         candidate=candidate,
         summary=summary,
         cross_check=whisper_cross_check(results),
-        source="computed",
+        source=source,
         settings={"fixtures": list(fixtures)},
         fixtures=results,
         quality=judge(pair.thresholds, summary),
     )
+
+
+def speech_oracle_facts(layer: Any) -> dict[str, Any]:
+    """What a speech pair's numbers depend on beyond its sides and fixtures: mlx-whisper's pins and
+    quality script (with the common modules it loads), the device, and the measurement layer and
+    in-tree Whisper sources (the cross-check is cached with the pair)."""
+    from harness.paths import oracles_dir
+    from harness.provenance import golden_key
+    from harness.runners.venvs import common_sources, oracle_pins_hash
+
+    oracle = QUALITY_ORACLES["whisper"]
+    script = oracles_dir() / oracle / "quality.py"
+    layer_file = getattr(layer, "__file__", None)
+    layer_sources = sorted(Path(layer_file).parent.glob("whisper*.py")) if layer_file else []
+    sources = [*layer_sources, *sorted((REPO_ROOT / "models" / "whisper").glob("*.py"))]
+    return {
+        "name": oracle,
+        "pins_hash": oracle_pins_hash(oracle),
+        "script_sha256": sha256_file(script) if script.is_file() else None,
+        "common_sha256": {n: sha256_file(p) for n, p in common_sources(oracle, "quality.py").items()}
+        if script.is_file()
+        else {},
+        "device": golden_key(oracle).as_dict(),
+        "sources_sha256": {p.name: sha256_file(p) for p in sources if p.is_file()},
+    }
 
 
 def whisper_cross_check(results: list[Any]) -> CrossCheck:

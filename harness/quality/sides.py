@@ -41,7 +41,7 @@ def resolve_side(profile: Profile, side: QualitySide, where: str) -> ResolvedSid
         artifact = resolve_artifact(profile)
     else:
         artifact = resolve_artifact(dataclasses.replace(profile, artifact=side.artifact))
-    return _side(artifact, side.describe())
+    return _side(artifact, side.describe(profile.artifact))
 
 
 def _side(artifact: ResolvedArtifact, label: str) -> ResolvedSide:

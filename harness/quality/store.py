@@ -15,8 +15,11 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from harness.artifacts.files import building_dir, sha256_file
 from harness.fileio import atomic_write_json
@@ -95,3 +98,58 @@ def save_cross_check(entry: Path, source_hash: str, check: CrossCheck) -> None:
 
 def discard(entry: Path) -> None:
     shutil.rmtree(entry, ignore_errors=True)
+
+
+# -- speech pairs: the Whisper layer's per-fixture results, cached whole ------------------------
+
+
+@dataclass(frozen=True)
+class CachedFixtureQuality:
+    """A WhisperFixtureQuality read back from the cache (the same fields)."""
+
+    fixture: str
+    kl: np.ndarray
+    top1_agree: np.ndarray
+    control_text: str
+    candidate_text: str
+    word_errors: int
+    reference_words: int
+    cross_check: str
+
+
+_FIXTURE_TEXT = ("fixture", "control_text", "candidate_text", "word_errors", "reference_words", "cross_check")
+
+
+def save_fixtures(entry: Path, key: dict[str, Any], fixtures: list[Any]) -> None:
+    with building_dir(entry, key_hash(key)) as tmp:
+        arrays = {}
+        for i, f in enumerate(fixtures):
+            arrays[f"kl_{i}"] = np.asarray(f.kl, dtype=np.float64)
+            arrays[f"top1_agree_{i}"] = np.asarray(f.top1_agree, dtype=bool)
+        for name, a in arrays.items():
+            np.save(tmp / f"{name}.npy", a, allow_pickle=False)
+        sha = {name: hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest() for name, a in arrays.items()}
+        meta = {"fixtures": [{k: getattr(f, k) for k in _FIXTURE_TEXT} for f in fixtures], "arrays_sha256": sha}
+        (tmp / "key.json").write_text(json.dumps(key, indent=1, sort_keys=True) + "\n")
+        (tmp / "result.json").write_text(json.dumps(meta, indent=1) + "\n")
+
+
+def load_fixtures(entry: Path, key: dict[str, Any]) -> tuple[list[CachedFixtureQuality] | None, str]:
+    if not (entry / ".complete").exists():
+        return None, "not cached"
+    try:
+        if json.loads((entry / "key.json").read_text()) != key:
+            raise MeasurementError("key.json is not this measurement's key")
+        meta = json.loads((entry / "result.json").read_text())
+        out = []
+        for i, f in enumerate(meta["fixtures"]):
+            arrays = {}
+            for name in (f"kl_{i}", f"top1_agree_{i}"):
+                a = np.load(entry / f"{name}.npy", allow_pickle=False)
+                if hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest() != meta["arrays_sha256"][name]:
+                    raise MeasurementError(f"{name}: sha256 is not the recorded one")
+                arrays[name] = a
+            out.append(CachedFixtureQuality(kl=arrays[f"kl_{i}"], top1_agree=arrays[f"top1_agree_{i}"], **f))
+        return out, "cached"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, MeasurementError) as e:
+        return None, f"corrupt cache entry {entry.name} ({type(e).__name__}: {e})"
