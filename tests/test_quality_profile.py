@@ -114,6 +114,9 @@ def test_speech_keys_on_a_language_model_are_refused(isolated: Path) -> None:
 
 
 def test_thresholds_must_say_something(isolated: Path) -> None:
+    assert "thresholds.max_wer: a word error rate is a speech pair's" in _error(
+        isolated, GOOD + "      thresholds: {max_wer: 0.1}\n"
+    )
     assert "expected at least one of max_mean_kl" in _error(isolated, GOOD + "      thresholds: {}\n")
     assert "min_top1_agreement: expected a fraction" in _error(
         isolated, GOOD + "      thresholds: {min_top1_agreement: 95}\n"

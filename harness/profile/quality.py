@@ -337,6 +337,8 @@ def check_quality(profile: Any) -> None:
 
                 if side.twin not in TWINS:
                     raise ProfileError(f"{where}.{side_name}.twin: unknown twin {side.twin!r}; known: {sorted(TWINS)}")
+        if not speech and pair.thresholds is not None and pair.thresholds.max_wer is not None:
+            raise ProfileError(f"{where}.thresholds.max_wer: a word error rate is a speech pair's (transcripts)")
         kv = pair.candidate.kv
         if kv is not None and q.corpus is not None and q.corpus.chunk is None:
             raise ProfileError(
