@@ -10,7 +10,7 @@ MODEL ?= smollm2-135m
 # pytest-xdist workers for `make test` (2 cores here).
 WORKERS ?= auto
 
-.PHONY: parity goldens test nightly signoff lint bench list venv clean-cache mutants vad calibrate
+.PHONY: parity goldens test nightly signoff lint bench list venv clean-cache mutants vad calibrate quality
 
 venv: $(VENV)/.installed
 
@@ -48,6 +48,10 @@ lint: venv
 	$(PY) -m ruff check harness models tests oracles conftest.py
 	$(PY) -m ruff format --check harness models tests oracles conftest.py
 	$(VENV)/bin/actionlint .github/workflows/*.yml
+
+## make quality MODEL=name: quantization quality of the profile's pairs against their controls (docs/quality.md): table, reports/quality-<model>-<device>/; not part of the parity verdict
+quality: venv
+	$(PY) -m harness quality --model $(MODEL) $(ARGS)
 
 ## make bench: harness overhead and in-tree vs mlx-lm decode speed (docs/benchmarks.md)
 bench: venv

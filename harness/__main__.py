@@ -1,6 +1,7 @@
 """Command line: `python -m harness <verb>`, every face of the harness (the Makefile's targets
 call these): parity, goldens, compact-goldens, signoff and list here; the tools beside the gate
-(bench, bench-compiled, bench-whisper, calibrate, mutants, vad, twins, portability) parse their own arguments."""
+(bench, bench-compiled, bench-whisper, calibrate, mutants, vad, twins, portability,
+quality) parse their own arguments."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ TOOLS = {
     "vad": ("harness.tools.vad", "Silero VAD against the silero-vad package, printed per fixture"),
     "twins": ("harness.artifacts.twins.__main__", "list or build the deterministic twin models"),
     "portability": ("harness.portability", "resolve every pin file for Linux and macOS runners, without installing"),
+    "quality": ("harness.quality.cli", "quantization quality of a profile's pairs against their controls"),
 }
 
 

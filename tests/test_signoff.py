@@ -606,3 +606,39 @@ def test_rerendering_a_signoff_does_not_diff_against_itself(real: RealSignoff, t
     first = _render(real.report, out)
     again = _render(ParityReport.load(first / "report.json"), out, exclude_previous=first / "report.json")
     assert json.loads((again / "report.json").read_text())["signoff"]["diff"] is None
+
+
+def test_quality_section_is_shown_apart_from_the_verdict(real: RealSignoff, tmp_path: Path) -> None:
+    """A quality report of the signed-off model (one pair failing its thresholds, one whose in-tree
+    cross-check differed) is listed in its own section; the verdict is the same as without it."""
+    data = copy.deepcopy(real.report.raw)
+    data.pop("signoff")
+    without = _render(data, tmp_path / "plain")
+    kl = {"mean": {"value": 0.5, "se": 0.01}, "median": {"value": 0.1}, "p95": {"value": 1.0}, "p99": {"value": 2.0}}
+    pair = {
+        "candidate": {"label": "profile artifact"},
+        "ran": "twin",
+        "summary": {"kl": kl, "top1_agreement": {"value": 0.5, "se": 0.01}, "ppl_ratio": {"value": 1.5}},
+    }
+    doc = {
+        "model": "minicpm5-2b-mini",
+        "generated": "2026-12-02T00:00:00+00:00",
+        "device": {"key": real.report.device_key},
+        "pairs": [
+            pair | {"id": "fails-thresholds", "cross_check": {"status": "equal"}, "quality": {"status": "FAIL"}},
+            pair | {"id": "cross-check-differs", "cross_check": {"status": "differs"}, "quality": None},
+        ],
+    }
+    out = tmp_path / "with"
+    (out / "quality-minicpm5-2b-mini-x").mkdir(parents=True)
+    (out / "quality-minicpm5-2b-mini-x" / "quality.json").write_text(json.dumps(doc))
+    directory = _render(data, out, requested_models=["minicpm5-2b-mini"])
+    verdict = json.loads((directory / "report.json").read_text())["signoff"]["verdict"]
+    assert verdict == json.loads((without / "report.json").read_text())["signoff"]["verdict"] == SIGNED_OFF
+    summary = (directory / "summary.md").read_text()
+    assert "## Quality (not part of the verdict)" in summary
+    assert "| minicpm5-2b-mini | fails-thresholds | profile artifact | twin |" in summary and "| FAIL |" in summary
+    page = (directory / "index.html").read_text()
+    assert '<section id="quality"><h2>Quality (not part of the verdict)</h2>' in page
+    assert "differs (a parity failure)" in page
+    assert "no quality report of a signed-off model" in (without / "index.html").read_text()

@@ -390,3 +390,27 @@ def test_detect_family_widened_1b_is_plain_llama(changes: dict[str, Any]) -> Non
 )
 def test_detect_family_non_llama_is_unsupported(config: dict[str, Any]) -> None:
     assert detect_family(config) == "unsupported"
+
+
+def test_the_float_control_twin_is_the_quantized_twins_draws(
+    mini_twin: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """minicpm5-2b-mini-float (a quality pair's control) holds the very values the 4-bit mini twin
+    quantized: mx.quantize of its matrices gives the 4-bit twin's stored tensors, bit for bit."""
+    import mlx.core as mx
+
+    float_dir = tmp_path / "float"
+    build_twin("minicpm5-2b-mini-float", float_dir)
+    config = read_json(float_dir / "config.json")
+    assert (
+        "quantization" not in config and config["vocab_size"] == read_json(mini_twin[0] / "config.json")["vocab_size"]
+    )
+    assert (float_dir / "tokenizer.json").read_bytes() == (mini_twin[0] / "tokenizer.json").read_bytes()
+    floats = {k: v for p in sorted(float_dir.glob("*.safetensors")) for k, v in mx.load(str(p)).items()}
+    quantized = {k: v for p in sorted(mini_twin[0].glob("*.safetensors")) for k, v in mx.load(str(p)).items()}
+    for module in ("model.layers.0.self_attn.q_proj", "model.layers.3.mlp.down_proj", "lm_head"):
+        packed, scales, biases = mx.quantize(floats[f"{module}.weight"], group_size=64, bits=4)
+        for name, value in (("weight", packed), ("scales", scales), ("biases", biases)):
+            assert mx.array_equal(value, quantized[f"{module}.{name}"]).item(), f"{module}.{name}"
+    norm = "model.layers.1.input_layernorm.weight"
+    assert mx.array_equal(floats[norm], quantized[norm]).item()

@@ -14,6 +14,7 @@ from harness.checks import registry
 from harness.errors import ProfileError
 from harness.paths import REPO_ROOT
 from harness.profile.draft import draft_spec
+from harness.profile.quality import QualitySpec
 from harness.profile.response import ResponseSpec
 
 # Any check of the registry; which apply to a profile is checked against its implementation.
@@ -289,6 +290,7 @@ class Profile:
     # Where an oracle itself breaks (a crash, a documented bug): recorded with the exact symptom,
     # carried into every report, never turned into a wider gate. Each: {oracle, path, symptom, seen}.
     oracle_defects: list[dict[str, str]] = field(default_factory=list)
+    quality: QualitySpec | None = None  # pairs measured apart from parity (harness/profile/quality.py)
     source_file: str = ""
 
     def scenario(self, scenario_id: str) -> Scenario:
@@ -388,9 +390,6 @@ class Profile:
     def scenario_hash(self, s: Scenario) -> str:
         blob = json.dumps(self.scenario_spec(s), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()
-
-
-# --- generic validation of plain data into the dataclasses above -------------------------
 
 
 def _file_sha256(path: Path) -> str:

@@ -17,6 +17,7 @@ from harness.errors import ProfileError, UnknownModelError
 from harness.paths import REPO_ROOT, profiles_dir
 from harness.profile import INTREE_COMPOSITIONS, ORACLES_BY_IMPLEMENTATION, Profile
 from harness.profile.draft import check_draft_scenario
+from harness.profile.quality import check_quality
 from harness.profile.response import check_response_scenario
 from harness.runners.venvs import MLX_FREE_ORACLES
 
@@ -217,6 +218,7 @@ def _check_profile(profile: Profile) -> None:
         if missing:
             raise ProfileError(f"oracle_defects[{i}]: missing {sorted(missing)} (oracle, path, symptom, seen)")
     profile.artifact.validate("artifact")
+    check_quality(profile)
 
 
 def available_profiles(directory: Path | None = None) -> dict[str, Path]:

@@ -116,13 +116,13 @@ def nodeps_pins_path(oracle: str) -> Path:
 NODEPS_MARKER = "# --no-deps"  # where the second pin file starts in read_pins' text
 
 
-def common_sources(oracle: str) -> dict[str, Path]:
-    """The oracles/common modules an oracle's generate.py loads (by `import name` or
-    `importlib.import_module("name")`; they load none themselves): part of what its goldens
-    depend on, hashed into their provenance beside the generator."""
+def common_sources(oracle: str, script: str = "generate.py") -> dict[str, Path]:
+    """The oracles/common modules an oracle's script (generate.py; quality.py for the quality
+    measurements) loads (by `import name` or `importlib.import_module("name")`; they load none
+    themselves): part of what its goldens depend on, hashed into their provenance beside it."""
     common = {p.stem: p for p in sorted((oracles_dir() / "common").glob("*.py"))}
     names = set()
-    for node in ast.walk(ast.parse((oracles_dir() / oracle / "generate.py").read_text())):
+    for node in ast.walk(ast.parse((oracles_dir() / oracle / script).read_text())):
         if isinstance(node, ast.Import):
             names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:

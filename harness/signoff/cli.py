@@ -27,6 +27,7 @@ from harness.signoff.junit import render_junit
 from harness.signoff.model import SIGNED_OFF, ParityReport, SignoffReport
 from harness.signoff.page import render_page
 from harness.signoff.plots import scenario_plots
+from harness.signoff.quality import latest_quality_reports
 from harness.signoff.summary import render_summary
 from harness.signoff.verdict import evaluate
 from harness.signoff.waivers import Waiver, load_waivers
@@ -92,7 +93,8 @@ def sign_off(
         machine=machine,
         previous=(str(previous), load_previous(previous)) if previous else None,
     )
-    doc = SignoffReport(report, signoff)
+    models = sorted(set(signoff.models) | set(requested_models or []))
+    doc = SignoffReport(report, signoff, quality=latest_quality_reports(out, signoff.device_key, models))
     directory = write_signoff_dir(out, signoff_name(signoff.harness_version, signoff.device_key), render(doc))
     return directory, doc
 

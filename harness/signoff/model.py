@@ -231,6 +231,14 @@ class SignoffReport:
 
     parity: ParityReport
     signoff: Signoff
+    # The newest quality reports of the signed-off models (harness/signoff/quality.py): shown
+    # apart, never part of the verdict.
+    quality: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return self.parity.raw | {"signoff": asdict(self.signoff) | {"counts": self.signoff.counts}}
+        out = self.parity.raw | {"signoff": asdict(self.signoff) | {"counts": self.signoff.counts}}
+        if self.quality:
+            out["quality_reports"] = [
+                {"model": q["model"], "path": q["path"], "generated": q["generated"]} for q in self.quality
+            ]
+        return out

@@ -15,6 +15,7 @@ from typing import Any
 
 from harness.signoff.model import SIGNED_OFF, STATUSES, SignoffReport
 from harness.signoff.plots import ScenarioPlot
+from harness.signoff.quality import render_html as render_quality
 
 _CSS = """
 :root { --pass: #1a7f37; --fail: #cf222e; --error: #9a6700; --waived: #8250df; --muted: #57606a; }
@@ -90,6 +91,7 @@ def render_page(doc: SignoffReport, plots: list[ScenarioPlot]) -> str:
         _waivers(doc),
         _problems(doc),
         _plots(plots),
+        render_quality(doc.quality),
         _timings(doc),
         _provenance(doc),
         '<footer class="sub"><p>One self-contained file: rendered from <code>report.json</code> beside it '

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from harness.signoff.model import SignoffReport
+from harness.signoff.quality import render_markdown as render_quality
 
 
 def _cell(text: str) -> str:
@@ -64,6 +65,7 @@ def render_summary(doc: SignoffReport) -> str:
         lines += ["## Non-passing checks", ""]
         lines += [f"- `{c.id}` **{c.status}**: {_cell(c.summary)}" for c in bad]
         lines.append("")
+    lines += render_quality(doc.quality)
     lines += ["## Waivers", ""]
     if s.waivers:
         lines += ["| check | reason | owner | expires | state | use |", "|---|---|---|---|---|---|"]

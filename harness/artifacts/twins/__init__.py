@@ -27,9 +27,11 @@ from harness.artifacts.family import detect_family
 from harness.artifacts.twins.minicpm5 import (
     MINICPM5_2B,
     MINICPM5_2B_BF16,
+    MINICPM5_2B_FLOAT_BF16,
     MINICPM5_2B_MINI,
     MINICPM5_2B_MINI_BF16,
     MINICPM5_2B_MINI_DRAFT,
+    MINICPM5_2B_MINI_FLOAT,
     MINICPM5_2B_MINI_FP16,
 )
 from harness.artifacts.twins.spec import LlamaShape, QuantSettings, TwinSpec
@@ -49,6 +51,8 @@ TWINS: dict[str, TwinSpec | WhisperTwinSpec] = {
         MINICPM5_2B_MINI_BF16,
         MINICPM5_2B_MINI_DRAFT,
         MINICPM5_2B_MINI_FP16,
+        MINICPM5_2B_FLOAT_BF16,
+        MINICPM5_2B_MINI_FLOAT,
         *WHISPER_TWINS,
     )
 }

@@ -88,8 +88,11 @@ def model_config(spec: TwinSpec) -> dict[str, Any]:
         "num_attention_heads": shape.num_attention_heads,
         "num_hidden_layers": shape.num_hidden_layers,
         "num_key_value_heads": shape.num_key_value_heads,
-        "quantization": spec.quantization.as_config(),
-        "quantization_config": spec.quantization.as_config(),
+        **(
+            {"quantization": spec.quantization.as_config(), "quantization_config": spec.quantization.as_config()}
+            if spec.quantization is not None
+            else {"torch_dtype": spec.float_dtype}  # a float control twin: unquantized matrices
+        ),
         "rms_norm_eps": RMS_NORM_EPS,
         "rope_scaling": None,
         "rope_theta": spec.rope_theta,
@@ -155,14 +158,16 @@ def write_minicpm5(spec: TwinSpec, out_dir: Path) -> None:
     (out_dir / "chat_template.jinja").write_text(CHAT_TEMPLATE_FILE.read_text(encoding="utf-8"), encoding="utf-8")
 
 
-def _spec(twin_id: str, description: str, seed: int, shape: LlamaShape, float_dtype: str = "float32") -> TwinSpec:
+def _spec(
+    twin_id: str, description: str, seed: int, shape: LlamaShape, float_dtype: str = "float32", quantized: bool = True
+) -> TwinSpec:
     return TwinSpec(
         float_dtype=float_dtype,
         twin_id=twin_id,
         description=description,
         seed=seed,
         shape=shape,
-        quantization=QuantSettings(group_size=64, bits=4),
+        quantization=QuantSettings(group_size=64, bits=4) if quantized else None,
         num_shards=2,
         rope_theta=ROPE_THETA,
         eos_token_ids=EOS_TOKEN_IDS,
@@ -216,4 +221,23 @@ MINICPM5_2B_BF16 = _spec(
     seed=50_002,
     shape=MINICPM5_2B_SHAPE,
     float_dtype="bfloat16",
+)
+# Float controls of the quality pairs (docs/quality.md): the same seeded draws as the 4-bit twins
+# above, before they are quantized, so "4-bit twin against float control twin" is what "official
+# 4-bit against its BF16 source" is for the real weights. bfloat16 at full size (the real source's
+# dtype, for the GPU); float32 for the mini (the CPU computes half precision 10-40x slower).
+MINICPM5_2B_FLOAT_BF16 = _spec(
+    "minicpm5-2b-float-bf16",
+    "the minicpm5-2b twin's seeded draws unquantized, in bfloat16: the float control of its quality pair",
+    seed=50_002,
+    shape=MINICPM5_2B_SHAPE,
+    float_dtype="bfloat16",
+    quantized=False,
+)
+MINICPM5_2B_MINI_FLOAT = _spec(
+    "minicpm5-2b-mini-float",
+    "the minicpm5-2b-mini twin's seeded draws unquantized, in float32: the float control of its quality pair",
+    seed=50_003,
+    shape=MINICPM5_2B_MINI_SHAPE,
+    quantized=False,
 )

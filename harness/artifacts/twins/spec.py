@@ -78,7 +78,9 @@ class TwinSpec:
     description: str
     seed: int
     shape: LlamaShape
-    quantization: QuantSettings
+    # None: the matrices unquantized, in `float_dtype` (a float control of a quantized twin: the
+    # same seeded draws before they are quantized, docs/quality.md).
+    quantization: QuantSettings | None
     num_shards: int
     rope_theta: float
     eos_token_ids: tuple[int, ...]
@@ -90,7 +92,7 @@ class TwinSpec:
             "model_type": "llama",
             **self.shape.summary(),
             "rope_theta": self.rope_theta,
-            "quantization": self.quantization.as_config(),
+            "quantization": self.quantization.as_config() if self.quantization else None,
             "eos_token_ids": list(self.eos_token_ids),
             "num_shards": self.num_shards,
         } | ({"float_dtype": self.float_dtype} if self.float_dtype != "float32" else {})

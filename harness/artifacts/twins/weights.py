@@ -38,15 +38,16 @@ class ModuleInit:
     def is_norm(self) -> bool:
         return self.cols == 0
 
-    def nbytes(self, quant: QuantSettings) -> int:
-        """Stored bytes: packed uint32 weight plus float32 scales and biases, or a float32 norm."""
-        if self.is_norm:
-            return 4 * self.rows
+    def nbytes(self, quant: QuantSettings | None) -> int:
+        """Stored bytes: packed uint32 weight plus float32 scales and biases, or a float32 norm
+        (or matrix, unquantized)."""
+        if self.is_norm or quant is None:
+            return 4 * self.rows * max(self.cols, 1)
         groups = self.cols // quant.group_size
         return self.rows * self.cols * quant.bits // 8 + 2 * 4 * self.rows * groups
 
-    def tensor_names(self) -> list[str]:
-        if self.is_norm:
+    def tensor_names(self, quantized: bool = True) -> list[str]:
+        if self.is_norm or not quantized:
             return [f"{self.name}.weight"]
         return [f"{self.name}.{part}" for part in ("weight", "scales", "biases")]
 
@@ -75,7 +76,7 @@ def plan_modules(shape: LlamaShape, live_vocab: tuple[tuple[int, int], ...] | No
     return modules
 
 
-def plan_shards(modules: list[ModuleInit], num_shards: int, quant: QuantSettings) -> list[list[ModuleInit]]:
+def plan_shards(modules: list[ModuleInit], num_shards: int, quant: QuantSettings | None) -> list[list[ModuleInit]]:
     """Split the modules, in order and whole, into `num_shards` runs of similar byte size.
 
     A module goes to the shard its first byte falls in; a module's tensors never straddle
@@ -120,11 +121,17 @@ def _row_chunks(module: ModuleInit, seed: int) -> Iterator[np.ndarray]:
         yield values
 
 
-def make_module_tensors(module: ModuleInit, seed: int, quant: QuantSettings) -> dict[str, mx.array]:
-    """Draw one module and return its stored tensors (weight[, scales, biases])."""
+def make_module_tensors(module: ModuleInit, seed: int, quant: QuantSettings | None) -> dict[str, mx.array]:
+    """Draw one module and return its stored tensors (weight[, scales, biases]); with `quant`
+    None the matrix as drawn (float32), the values its quantized twin quantizes."""
     if module.is_norm:
         (values,) = list(_row_chunks(module, seed))
         return {f"{module.name}.weight": mx.array(values)}
+    if quant is None:
+        chunks = [mx.array(values) for values in _row_chunks(module, seed)]
+        weight = chunks[0] if len(chunks) == 1 else mx.concatenate(chunks)
+        mx.eval(weight)
+        return {f"{module.name}.weight": weight}
     if module.cols % quant.group_size:
         raise ValueError(f"{module.name}: {module.cols} input features not a multiple of {quant.group_size}")
     parts: list[tuple[mx.array, mx.array, mx.array]] = []
@@ -149,7 +156,7 @@ def write_weights(
     out_dir: Path,
     shape: LlamaShape,
     seed: int,
-    quant: QuantSettings,
+    quant: QuantSettings | None,
     num_shards: int,
     live_vocab: tuple[tuple[int, int], ...] | None = None,
     float_dtype: str = "float32",
