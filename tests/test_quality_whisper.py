@@ -26,12 +26,11 @@ from harness.artifacts.resolve import resolve_artifact
 from harness.errors import ArtifactError, HarnessError
 from harness.paths import REPO_ROOT, oracles_dir
 from harness.profile.load import find_profile
-from harness.quality.whisper import WhisperFixtureQuality, build_whisper_candidate, measure_whisper_pair
+from harness.quality.whisper import build_whisper_candidate, measure_whisper_pair
 from harness.quality.whisper_intree import InTreeFigures, compare
 from harness.quality.whisper_metrics import argmax_per_step, kl_per_step, normalize_words, word_errors
 
 FOX = REPO_ROOT / "fixtures" / "audio" / "fox.wav"
-MESSAGE = REPO_ROOT / "fixtures" / "audio" / "message.wav"
 TINY = "whisper-tiny-en"
 MINI = "whisper-large-v3-turbo-mini"
 
@@ -223,7 +222,8 @@ def tiny() -> dict:
         "control": control,
         "q8": q8,
         "q8_again": build_whisper_candidate(control, bits=8),
-        "8": measure_whisper_pair(profile=profile, control_dir=control, candidate_dir=q8, fixtures=[FOX, MESSAGE]),
+        # One measured pair in make test (six transcriptions of fox, ~3 min here): the 4-bit one, whose
+        # arrays are not trivial (KL ~0.14, 2 of 13 argmaxes differ); make quality runs them all.
         "4": measure_whisper_pair(profile=profile, control_dir=control, candidate_dir=q4, fixtures=[FOX]),
     }
 
@@ -245,25 +245,14 @@ def test_tiny_candidates_are_mlx_quantized_float16_values(tiny: dict) -> None:
 @pytest.mark.slow
 @pytest.mark.xdist_group(TINY)
 def test_tiny_pairs_measured_and_cross_checked(tiny: dict) -> None:
-    figures: dict[tuple[str, str], WhisperFixtureQuality] = {
-        (bits, q.fixture): q for bits in ("8", "4") for q in tiny[bits]
-    }
-    assert set(figures) == {
-        ("8", "fixtures/audio/fox.wav"),
-        ("8", "fixtures/audio/message.wav"),
-        ("4", "fixtures/audio/fox.wav"),
-    }
-    for (bits, fixture), q in figures.items():
-        assert q.cross_check == "equal", (bits, fixture, q.cross_check)
-        assert q.steps > 3 and q.kl.dtype == np.float64 and q.top1_agree.dtype == bool
-        assert q.top1_agree.shape == q.kl.shape
-        assert np.all(q.kl >= 0), (bits, fixture, q.kl.min())
-        assert q.control_text.strip() and q.reference_words > 3
-    fox8, fox4 = figures[("8", "fixtures/audio/fox.wav")], figures[("4", "fixtures/audio/fox.wav")]
-    assert fox8.control_text == fox4.control_text  # one control
-    # Measured (docs/quality-whisper.md): 8 bits costs far less than 4 (~200x lower mean KL).
-    assert fox8.kl.mean() * 10 < fox4.kl.mean()
-    assert fox8.top1_agree.mean() >= fox4.top1_agree.mean()
+    (q,) = tiny["4"]
+    assert q.fixture == "fixtures/audio/fox.wav"
+    assert q.cross_check == "equal", q.cross_check
+    assert q.steps > 3 and q.kl.dtype == np.float64 and q.top1_agree.dtype == bool
+    assert q.top1_agree.shape == q.kl.shape
+    assert np.all(q.kl >= 0), q.kl.min()
+    assert q.kl.mean() > 0  # 4 bits moves the logits (docs/quality-whisper.md: mean KL 0.137 on fox)
+    assert q.control_text.strip() and q.reference_words > 3
 
 
 @pytest.mark.slow
