@@ -15,7 +15,7 @@ import pytest
 from harness.errors import HarnessError
 from harness.paths import REPO_ROOT
 from harness.tools.bench_kv import parse_args
-from harness.tools.bench_kv_budget import attention_work, estimate_run_s, plan_cell, startup_s
+from harness.tools.bench_kv_budget import alone_s, attention_work, estimate_run_s, plan_cell, startup_s
 from harness.tools.bench_kv_configs import (
     DEFAULT_CONFIGS,
     LayerFormat,
@@ -134,6 +134,15 @@ def test_budget_planner_drops_the_oracle_then_the_cell() -> None:
     assert not oracle and "both sides estimated" in notes["oracle_not_run"] and "not_run" not in notes
     oracle, notes = plan_cell(kv4, 4096, 1, True, 26 + per_run - 1, 900.0, 2048, cells)
     assert f"estimated {26 + per_run:.0f} s for the in-tree side alone" in notes["not_run"]
+    # the in-tree sides still to run at this context come before this cell's oracle side
+    reserve = alone_s(mixed, 4096, 1, 2048, cells)
+    assert reserve == 26 + 10.0 * work + 16
+    oracle, notes = plan_cell(kv4, 4096, 1, True, 26 + 2 * per_run, 900.0, 2048, cells, reserve)
+    assert not oracle and "kept for the in-tree sides still to run" in notes["oracle_not_run"]
+    assert alone_s(kv4, 1024, 1, 2048, cells) == 0.0  # nothing to estimate from
+    assert plan_cell(kv4, 1024, 1, True, 0.0, 900.0, 2048, cells)[1] == {
+        "not_run": "over budget: the --budget-s 900 s are spent"
+    }
 
 
 def _side(kv_bytes: int, tokens: list[int], classes: dict) -> dict:

@@ -36,7 +36,7 @@ from harness.fileio import atomic_write_bytes
 from harness.paths import oracles_dir
 from harness.progress import progress
 from harness.tools.bench_common import bench_prompt, loadavg, machine, scratch_dir, write_result
-from harness.tools.bench_kv_budget import plan_cell
+from harness.tools.bench_kv_budget import alone_s, plan_cell
 from harness.tools.bench_kv_configs import (
     DEFAULT_CONFIGS,
     KVConfig,
@@ -168,11 +168,11 @@ def bench(
     started = time.perf_counter()
     cells: list[dict[str, Any]] = []
     for context, n_rounds in zip(contexts, rounds, strict=True):
-        for config in kv_configs:
+        chunk = setup["prefill_step_size"]
+        for i, config in enumerate(kv_configs):
             left = budget_s - (time.perf_counter() - started)
-            with_oracle, notes = plan_cell(
-                config, context, n_rounds, oracle, left, budget_s, setup["prefill_step_size"], cells
-            )
+            reserve = sum(alone_s(later, context, n_rounds, chunk, cells) for later in kv_configs[i + 1 :])
+            with_oracle, notes = plan_cell(config, context, n_rounds, oracle, left, budget_s, chunk, cells, reserve)
             head = {"config": config.name, "context": context, "rounds": n_rounds, **notes}
             if "not_run" in notes:
                 print(f"bench-kv: {config.name} at {context} tokens: not run ({notes['not_run']})", file=sys.stderr)

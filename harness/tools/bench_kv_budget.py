@@ -58,6 +58,12 @@ def startup_s(cells: list[dict[str, Any]]) -> float:
     return max(spent, default=0.0)
 
 
+def alone_s(config: KVConfig, context: int, n_rounds: int, chunk: int, cells: list[dict[str, Any]]) -> float:
+    """The in-tree side alone of a cell, estimated (0 when there is nothing to estimate from)."""
+    per_run = estimate_run_s(config, context, chunk, cells)
+    return 0.0 if per_run is None else startup_s(cells) + n_rounds * per_run
+
+
 def plan_cell(
     config: KVConfig,
     context: int,
@@ -67,19 +73,25 @@ def plan_cell(
     budget_s: float,
     chunk: int,
     cells: list[dict[str, Any]],
+    reserve_s: float = 0.0,
 ) -> tuple[bool, dict[str, str]]:
-    """(run the oracle side too?, notes): `oracle_not_run` when only the in-tree side fits,
-    `not_run` when even that would overrun the time left."""
+    """(run the oracle side too?, notes): `oracle_not_run` when only the in-tree side fits (the
+    oracle side must also leave `reserve_s`, the in-tree sides of the cells still to come at this
+    context: every configuration's own figures before any comparison), `not_run` when even the
+    in-tree side would overrun the time left."""
     per_run = estimate_run_s(config, context, chunk, cells)
-    if per_run is None:
-        return oracle, {}
+    if per_run is None:  # nothing to estimate from: run it while any time is left
+        spent = f"over budget: the --budget-s {budget_s:.0f} s are spent"
+        return (oracle, {}) if left_s > 0 else (False, {"not_run": spent})
     start = startup_s(cells)
     alone, both = start + n_rounds * per_run, start + 2 * n_rounds * per_run
     left = max(left_s, 0.0)
     notes = {}
-    if oracle and both > left:
+    if oracle and both + reserve_s > left:
         oracle = False
-        notes["oracle_not_run"] = f"over budget: both sides estimated {both:.0f} s, {left:.0f} s left"
+        notes["oracle_not_run"] = f"over budget: both sides estimated {both:.0f} s, {left:.0f} s left" + (
+            f", {reserve_s:.0f} s of it kept for the in-tree sides still to run" if reserve_s else ""
+        )
     if alone > left:
         notes["not_run"] = (
             f"over budget: estimated {alone:.0f} s for the in-tree side alone ({per_run:.0f} s a run), "
