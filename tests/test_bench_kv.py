@@ -5,6 +5,7 @@ No timing is asserted: the benchmark's figures are recorded in docs/benchmarks.m
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 
 from harness.errors import HarnessError
 from harness.paths import REPO_ROOT
-from harness.tools.bench_kv import parse_args
+from harness.tools.bench_kv import bench, load_prior, parse_args
 from harness.tools.bench_kv_budget import alone_s, attention_work, estimate_run_s, plan_cell, startup_s
 from harness.tools.bench_kv_configs import (
     DEFAULT_CONFIGS,
@@ -143,6 +144,39 @@ def test_budget_planner_drops_the_oracle_then_the_cell() -> None:
     assert plan_cell(kv4, 1024, 1, True, 0.0, 900.0, 2048, cells)[1] == {
         "not_run": "over budget: the --budget-s 900 s are spent"
     }
+
+
+def test_two_contexts_of_a_configuration_fit_linear_plus_attention_work() -> None:
+    kv4 = configs(LAYERS)["kv4"]
+    a, b = 2e-3, 1e-6  # seconds per token, per query-key pair
+
+    def prefill(n: int) -> float:
+        return a * n + b * attention_work(n, 2048)
+
+    cells = [_cell("kv4", 1024, prefill(1024), 3.0, 30.0), _cell("kv4", 2048, prefill(2048), 3.0, 30.0)]
+    assert estimate_run_s(kv4, 8192, 2048, cells) == pytest.approx(prefill(8192) + 3.0 * 4)
+    # one context only: all of the prefill scaled by the attention work, an upper bound
+    assert estimate_run_s(kv4, 8192, 2048, cells[:1]) > prefill(8192) + 3.0 * 8
+
+
+def test_resume_keeps_measured_cells_and_refuses_another_setup(tmp_path) -> None:
+    kv4 = configs(LAYERS)["kv4"]
+    measured = _cell("kv4", 1024, 5.0, 2.0, 30.0)
+    earlier = {"model": "m", "steps": 64, "prefill_step_size": 2048, "shape": {"layers": 4}, "command": "c"}
+    earlier["cells"] = [measured, {"config": "kv4", "context": 4096, "not_run": "over budget"}]
+    path = tmp_path / "earlier.json"
+    path.write_text(json.dumps(earlier))
+    same = {"model": "m", "steps": 64, "prefill_step_size": 2048, "shape": {"layers": 4}}
+    prior, resumed = load_prior(path, same)
+    assert list(prior) == [("kv4", 1024)] and prior["kv4", 1024]["resumed_from"] == str(path)
+    assert resumed["command"] == "c"
+    # every planned cell already measured: nothing runs (no setup is needed), the cell is kept
+    assert bench([kv4], [1024], [1], True, 900.0, {"prefill_step_size": 2048}, {}, prior) == [prior["kv4", 1024]]
+    with pytest.raises(HarnessError, match=r"--resume .*earlier.json: its steps is 64, this run's is 32"):
+        load_prior(path, same | {"steps": 32})
+    path.write_text("{not json")
+    with pytest.raises(HarnessError, match="expected a bench-kv result JSON"):
+        load_prior(path, same)
 
 
 def _side(kv_bytes: int, tokens: list[int], classes: dict) -> dict:

@@ -24,6 +24,7 @@ silently left out.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -115,8 +116,6 @@ def run_cell(
     config: KVConfig, context: int, rounds: int, oracle: bool, setup: dict[str, Any], shape: dict[str, int]
 ) -> dict[str, Any]:
     """Both sides of one (configuration, context) cell: warm-ups, then `rounds` paired rounds."""
-    import json
-
     steps = setup["steps"]
     job = {
         "config": config.job(context, steps),
@@ -163,29 +162,50 @@ def bench(
     budget_s: float,
     setup: dict[str, Any],
     shape: dict[str, int],
+    prior: dict[tuple[str, int], dict[str, Any]],
 ) -> list[dict[str, Any]]:
-    """Every cell, shortest context first; a cell that fails or would overrun is recorded as such."""
+    """Every cell, shortest context first; one measured in `prior` (--resume) is kept as it is;
+    a cell that fails or would overrun is recorded as such."""
     started = time.perf_counter()
+    chunk = setup["prefill_step_size"]
+    plan = [(context, n, config) for context, n in zip(contexts, rounds, strict=True) for config in kv_configs]
     cells: list[dict[str, Any]] = []
-    for context, n_rounds in zip(contexts, rounds, strict=True):
-        chunk = setup["prefill_step_size"]
-        for i, config in enumerate(kv_configs):
-            left = budget_s - (time.perf_counter() - started)
-            reserve = sum(alone_s(later, context, n_rounds, chunk, cells) for later in kv_configs[i + 1 :])
-            with_oracle, notes = plan_cell(config, context, n_rounds, oracle, left, budget_s, chunk, cells, reserve)
-            head = {"config": config.name, "context": context, "rounds": n_rounds, **notes}
-            if "not_run" in notes:
-                print(f"bench-kv: {config.name} at {context} tokens: not run ({notes['not_run']})", file=sys.stderr)
-                cells.append(head)
-                continue
-            label = f"{config.name} at {context} tokens" + (f" vs {config.oracle}" if with_oracle else "")
-            try:
-                with progress.task(f"bench-kv: {label}, {n_rounds} round(s)"):
-                    cells.append(run_cell(config, context, n_rounds, with_oracle, setup, shape) | head)
-            except HarnessError as e:  # one side died: the other cells still count
-                print(f"bench-kv: {label}: failed: {e}", file=sys.stderr)
-                cells.append(head | {"failed": str(e)})
+    for i, (context, n_rounds, config) in enumerate(plan):
+        if (config.name, context) in prior:
+            cells.append(prior[config.name, context])
+            continue
+        left = budget_s - (time.perf_counter() - started)
+        later = [(c, n, r) for n, r, c in plan[i + 1 :] if (c.name, n) not in prior]
+        reserve = sum(alone_s(c, n, r, chunk, cells) for c, n, r in later)
+        with_oracle, notes = plan_cell(config, context, n_rounds, oracle, left, budget_s, chunk, cells, reserve)
+        head = {"config": config.name, "context": context, "rounds": n_rounds, **notes}
+        if "not_run" in notes:
+            print(f"bench-kv: {config.name} at {context} tokens: not run ({notes['not_run']})", file=sys.stderr)
+            cells.append(head)
+            continue
+        label = f"{config.name} at {context} tokens" + (f" vs {config.oracle}" if with_oracle else "")
+        try:
+            with progress.task(f"bench-kv: {label}, {n_rounds} round(s)"):
+                cells.append(run_cell(config, context, n_rounds, with_oracle, setup, shape) | head)
+        except HarnessError as e:  # one side died: the other cells still count
+            print(f"bench-kv: {label}: failed: {e}", file=sys.stderr)
+            cells.append(head | {"failed": str(e)})
     return cells
+
+
+def load_prior(path: Path, expected: dict[str, Any]) -> tuple[dict[tuple[str, int], dict[str, Any]], dict[str, Any]]:
+    """The measured cells of an earlier result (--resume), by (configuration, context), and what
+    that run was; it must have measured the same thing (model, steps, prefill chunk, shape)."""
+    try:
+        raw = json.loads(path.read_text())
+        cells = raw["cells"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise HarnessError(f"--resume {path}: expected a bench-kv result JSON ({e})") from None
+    for key, value in expected.items():
+        if raw.get(key) != value:
+            raise HarnessError(f"--resume {path}: its {key} is {raw.get(key)!r}, this run's is {value!r}")
+    kept = {(c["config"], c["context"]): c | {"resumed_from": str(path)} for c in cells if c.get("sides")}
+    return kept, {"path": str(path), "machine": raw.get("machine"), "command": raw.get("command")}
 
 
 def _int_list(flag: str, text: str, minimum: int) -> list[int]:
@@ -211,6 +231,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str], l
     parser.add_argument("--no-oracle", action="store_true", help="the in-tree side only")
     parser.add_argument("--out", type=Path, help="JSON output (default: a new file under reports/)")
     parser.add_argument("--plot", type=Path, help="PNG plot (default: beside the JSON, .png)")
+    parser.add_argument("--resume", type=Path, help="an earlier result JSON: its measured cells are kept, not rerun")
     args = parser.parse_args(argv)
     try:
         names = [c.name for c in parse_configs(args.configs, n_layers=2)]  # names only; the depth comes later
@@ -229,11 +250,19 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str], l
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    args, names, contexts, rounds = parse_args(argv)
+    try:
+        return run(args, names, contexts, rounds, argv)
+    except HarnessError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def run(args: argparse.Namespace, names: list[str], contexts: list[int], rounds: list[int], argv: list[str]) -> int:
     from harness.session import ParitySession
     from harness.tools.bench_kv_report import plot_png, table
     from models.universal.config import LlamaConfig, read_config_json
 
-    args, names, contexts, rounds = parse_args(argv)
     session = ParitySession()
     profile = session.profile(args.model)
     model_dir = session.artifact(profile).model_dir
@@ -242,15 +271,15 @@ def main(argv: list[str] | None = None) -> int:
     known = configs(shape["layers"])
     scenario, ids = bench_prompt(profile, session.runner(profile))
     setup = {"model_dir": model_dir, "ids": ids, "steps": args.steps, "prefill_step_size": args.prefill_step_size}
+    same = {"model": profile.name, "steps": args.steps, "prefill_step_size": args.prefill_step_size, "shape": shape}
+    prior, resumed = load_prior(args.resume, same) if args.resume else ({}, None)
     load_before = loadavg()
-    cells = bench([known[n] for n in names], contexts, rounds, not args.no_oracle, args.budget_s, setup, shape)
-    result = {
-        "model": profile.name,
+    kv_configs = [known[n] for n in names]
+    cells = bench(kv_configs, contexts, rounds, not args.no_oracle, args.budget_s, setup, shape, prior)
+    result = same | {
         "prompt": {"scenario": scenario, "tokens": len(ids), "repeated_to": contexts},
-        "steps": args.steps,
-        "prefill_step_size": args.prefill_step_size,
         "budget_s": args.budget_s,
-        "shape": shape,
+        "resumed": resumed,
         "configs": {n: {"tier": known[n].tier, "oracle": known[n].oracle, "what": known[n].what} for n in names},
         "cells": cells,
         "machine": machine(load_before),

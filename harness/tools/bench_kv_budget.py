@@ -3,14 +3,16 @@
 On a CPU with the reference BLAS the prefill's attention dominates a long-context run, and it
 grows with the query-key pairs it computes (`attention_work`: chunk by chunk, each chunk of
 queries against every key it sees; a rotating window keeps max_size - 1 old keys). A side's run
-of a configuration at a longer context is estimated from its run at the longest shorter context
-measured (this configuration's if there is one, else the slowest there): the prefill scaled by
-the ratio of attention work, the decode by the ratio of tokens held (each step reads them all).
-A cell also pays its processes' start (import, model load, warm-up): the most seen so far.
+of a configuration at a longer context is estimated from the cells already measured (see
+`estimate_run_s`): the prefill by attention work, the decode by the tokens held (each step reads
+them all). A cell also pays its processes' start (import, model load, warm-up): the most seen so
+far. Oracle sides wait for the in-tree sides: a cell runs its oracle side only if the in-tree
+sides of every cell still to come fit in what is left after it.
 """
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from harness.tools.bench_kv_configs import KVConfig
@@ -33,19 +35,45 @@ def _held(context: int, config: KVConfig) -> int:
     return context if config.window is None else min(context, config.window)
 
 
+def _medians(cell: dict[str, Any]) -> tuple[float, float]:
+    """The in-tree side's median prefill and decode seconds in a measured cell."""
+    runs = cell["sides"]["in-tree"]["runs"]
+    return statistics.median(r["prefill_s"] for r in runs), statistics.median(r["decode_s"] for r in runs)
+
+
+def _prefill_fit(points: list[tuple[int, float]], chunk: int, window: int | None) -> tuple[float, float] | None:
+    """(a, b) of prefill_s = a x tokens + b x attention_work through the last two points, if both are >= 0."""
+    (n1, p1), (n2, p2) = points[-2:]
+    w1, w2 = attention_work(n1, chunk, window), attention_work(n2, chunk, window)
+    det = n1 * w2 - n2 * w1
+    if det == 0:
+        return None
+    a, b = (p1 * w2 - p2 * w1) / det, (n1 * p2 - n2 * p1) / det
+    return (a, b) if a >= 0 and b >= 0 else None
+
+
 def estimate_run_s(config: KVConfig, context: int, chunk: int, cells: list[dict[str, Any]]) -> float | None:
-    """Seconds one side's run should take; None when no shorter context has been measured."""
-    measured = [c for c in cells if c.get("sides") and c["context"] < context]
+    """Seconds one side's run should take; None when no shorter context has been measured.
+
+    From this configuration's own runs at shorter contexts if there are any, else from the
+    slowest configuration at the longest shorter context. With two of its own contexts the
+    prefill is fitted as linear + attention work; with one, all of it is scaled by the attention
+    work (an upper bound: the projections and MLP grow only linearly)."""
+    measured = sorted((c for c in cells if c.get("sides") and c["context"] < context), key=lambda c: c["context"])
     if not measured:
         return None
-    longest = max(c["context"] for c in measured)
-    at_longest = [c for c in measured if c["context"] == longest]
-    same = [c for c in at_longest if c["config"] == config.name] or at_longest
-    work_ratio = attention_work(context, chunk, config.window) / attention_work(longest, chunk, config.window)
-    held_ratio = _held(context, config) / _held(longest, config)
-    return max(
-        r["prefill_s"] * work_ratio + r["decode_s"] * held_ratio for c in same for r in c["sides"]["in-tree"]["runs"]
-    )
+    own = [c for c in measured if c["config"] == config.name]
+    if not own:
+        longest = measured[-1]["context"]
+        own = [max((c for c in measured if c["context"] == longest), key=lambda c: sum(_medians(c)))]
+    points = [(c["context"], _medians(c)[0]) for c in own]
+    base, (prefill_s, decode_s) = own[-1]["context"], _medians(own[-1])
+    fit = _prefill_fit(points, chunk, config.window) if len(points) >= 2 else None
+    if fit is not None:
+        prefill = fit[0] * context + fit[1] * attention_work(context, chunk, config.window)
+    else:
+        prefill = prefill_s * attention_work(context, chunk, config.window) / attention_work(base, chunk, config.window)
+    return prefill + decode_s * _held(context, config) / _held(base, config)
 
 
 def startup_s(cells: list[dict[str, Any]]) -> float:

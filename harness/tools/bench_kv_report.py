@@ -98,6 +98,10 @@ def table(result: dict[str, Any]) -> str:
     ]
     lines += [f"| {name} | {c['tier']}, {c['oracle']} | {c['what']} |" for name, c in result["configs"].items()]
     lines += ["", *speed_table(result), "", *kv_table(result), "", machine_line(result["machine"])]
+    if result.get("resumed"):
+        earlier = result["resumed"]
+        lines.append(f"Cells measured earlier, kept from `{earlier['path']}` (`{earlier['command']}`):")
+        lines.append(machine_line(earlier["machine"]))
     loads = [c["loadavg_1m_before_after"] for c in result["cells"] if "loadavg_1m_before_after" in c]
     if loads:
         flat = [x for pair in loads for x in pair]
