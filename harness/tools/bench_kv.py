@@ -222,7 +222,9 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str], l
     """The arguments, with configuration names, contexts and rounds checked before anything loads."""
     parser = argparse.ArgumentParser(prog="python -m harness bench-kv", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="minicpm5-2b-mini", help="profile name")
-    parser.add_argument("--configs", default=",".join(DEFAULT_CONFIGS), help="comma-separated configuration names")
+    parser.add_argument(
+        "--configs", default=",".join(DEFAULT_CONFIGS), help="comma-separated configuration names, in the order to run"
+    )
     parser.add_argument("--contexts", default=",".join(map(str, DEFAULT_CONTEXTS)), help="prompt lengths in tokens")
     parser.add_argument("--rounds", default="2,1,1", help="paired rounds per context (one number: all contexts)")
     parser.add_argument("--steps", type=int, default=64, help="greedy decode steps per run")
@@ -276,11 +278,15 @@ def run(args: argparse.Namespace, names: list[str], contexts: list[int], rounds:
     load_before = loadavg()
     kv_configs = [known[n] for n in names]
     cells = bench(kv_configs, contexts, rounds, not args.no_oracle, args.budget_s, setup, shape, prior)
+    # --configs orders the runs (what the budget reaches first); the result lists them in the
+    # catalogue's order, whatever order they ran in, so tables of several sessions line up.
+    in_order = [n for n in known if n in names]
+    cells.sort(key=lambda c: (c["context"], in_order.index(c["config"])))
     result = same | {
         "prompt": {"scenario": scenario, "tokens": len(ids), "repeated_to": contexts},
         "budget_s": args.budget_s,
         "resumed": resumed,
-        "configs": {n: {"tier": known[n].tier, "oracle": known[n].oracle, "what": known[n].what} for n in names},
+        "configs": {n: {"tier": known[n].tier, "oracle": known[n].oracle, "what": known[n].what} for n in in_order},
         "cells": cells,
         "machine": machine(load_before),
         "command": "python -m harness bench-kv " + " ".join(argv),

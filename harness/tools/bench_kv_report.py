@@ -149,6 +149,8 @@ def plot_png(result: dict[str, Any]) -> bytes:
                     label = f"{config} ({'in-tree' if side == 'in-tree' else side})"
                     ax.plot(xs, ys, style, marker="o", markersize=3, color=colors.get(config), label=label)
         ax.set_title(title, fontsize=10)
+        if title.startswith("KV cache"):
+            ax.set_yscale("log")  # float and 4-bit caches differ by 6x, a bounded window by more
         ax.set_xlabel("context (tokens)")
         ax.set_xscale("log", base=2)
         contexts = sorted({c["context"] for c in result["cells"]})
