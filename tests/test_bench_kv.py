@@ -169,7 +169,13 @@ def test_resume_keeps_measured_cells_and_refuses_another_setup(tmp_path) -> None
     same = {"model": "m", "steps": 64, "prefill_step_size": 2048, "shape": {"layers": 4}}
     prior, resumed = load_prior(path, same)
     assert list(prior) == [("kv4", 1024)] and prior["kv4", 1024]["resumed_from"] == str(path)
-    assert resumed["command"] == "c"
+    assert [r["command"] for r in resumed] == ["c"]
+    # resumed again: each cell keeps the session it was measured in, and the sessions chain
+    again = earlier | {"cells": [prior["kv4", 1024]], "resumed": resumed, "command": "c2"}
+    (tmp_path / "again.json").write_text(json.dumps(again))
+    prior2, resumed2 = load_prior(tmp_path / "again.json", same)
+    assert prior2["kv4", 1024]["resumed_from"] == str(path)
+    assert [r["command"] for r in resumed2] == ["c2", "c"]
     # every planned cell already measured: nothing runs (no setup is needed), the cell is kept
     assert bench([kv4], [1024], [1], True, 900.0, {"prefill_step_size": 2048}, {}, prior) == [prior["kv4", 1024]]
     with pytest.raises(HarnessError, match=r"--resume .*earlier.json: its steps is 64, this run's is 32"):

@@ -24,6 +24,7 @@ silently left out.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import sys
@@ -143,6 +144,7 @@ def run_cell(
         "rounds": rounds,
         "sides": {name: side_summary(config, ready[name], rs, steps, context, shape) for name, rs in runs.items()},
         "wall_s": time.perf_counter() - started,
+        "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "loadavg_1m_before_after": [load_before, loadavg()[0]],
     }
     if oracle:
@@ -193,9 +195,12 @@ def bench(
     return cells
 
 
-def load_prior(path: Path, expected: dict[str, Any]) -> tuple[dict[tuple[str, int], dict[str, Any]], dict[str, Any]]:
-    """The measured cells of an earlier result (--resume), by (configuration, context), and what
-    that run was; it must have measured the same thing (model, steps, prefill chunk, shape)."""
+def load_prior(
+    path: Path, expected: dict[str, Any]
+) -> tuple[dict[tuple[str, int], dict[str, Any]], list[dict[str, Any]]]:
+    """The measured cells of an earlier result (--resume), by (configuration, context), and the
+    sessions they come from (that run's, then those it resumed); it must have measured the same
+    thing (model, steps, prefill chunk, shape)."""
     try:
         raw = json.loads(path.read_text())
         cells = raw["cells"]
@@ -204,8 +209,11 @@ def load_prior(path: Path, expected: dict[str, Any]) -> tuple[dict[tuple[str, in
     for key, value in expected.items():
         if raw.get(key) != value:
             raise HarnessError(f"--resume {path}: its {key} is {raw.get(key)!r}, this run's is {value!r}")
-    kept = {(c["config"], c["context"]): c | {"resumed_from": str(path)} for c in cells if c.get("sides")}
-    return kept, {"path": str(path), "machine": raw.get("machine"), "command": raw.get("command")}
+    # A cell keeps the session it was measured in, through any number of resumptions.
+    kept = {(c["config"], c["context"]): {"resumed_from": str(path)} | c for c in cells if c.get("sides")}
+    earlier = raw.get("resumed") or []
+    earlier = [earlier] if isinstance(earlier, dict) else earlier
+    return kept, [{"path": str(path), "machine": raw.get("machine"), "command": raw.get("command")}, *earlier]
 
 
 def _int_list(flag: str, text: str, minimum: int) -> list[int]:
@@ -274,7 +282,7 @@ def run(args: argparse.Namespace, names: list[str], contexts: list[int], rounds:
     scenario, ids = bench_prompt(profile, session.runner(profile))
     setup = {"model_dir": model_dir, "ids": ids, "steps": args.steps, "prefill_step_size": args.prefill_step_size}
     same = {"model": profile.name, "steps": args.steps, "prefill_step_size": args.prefill_step_size, "shape": shape}
-    prior, resumed = load_prior(args.resume, same) if args.resume else ({}, None)
+    prior, resumed = load_prior(args.resume, same) if args.resume else ({}, [])
     load_before = loadavg()
     kv_configs = [known[n] for n in names]
     cells = bench(kv_configs, contexts, rounds, not args.no_oracle, args.budget_s, setup, shape, prior)

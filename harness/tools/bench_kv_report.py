@@ -98,9 +98,8 @@ def table(result: dict[str, Any]) -> str:
     ]
     lines += [f"| {name} | {c['tier']}, {c['oracle']} | {c['what']} |" for name, c in result["configs"].items()]
     lines += ["", *speed_table(result), "", *kv_table(result), "", machine_line(result["machine"])]
-    if result.get("resumed"):
-        earlier = result["resumed"]
-        lines.append(f"Cells measured earlier, kept from `{earlier['path']}` (`{earlier['command']}`):")
+    for earlier in result.get("resumed") or []:
+        lines.append(f"Cells measured earlier, kept: `{earlier['path']}` from `{earlier['command']}`;")
         lines.append(machine_line(earlier["machine"]))
     loads = [c["loadavg_1m_before_after"] for c in result["cells"] if "loadavg_1m_before_after" in c]
     if loads:
