@@ -241,7 +241,13 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str], l
     parser.add_argument("--no-oracle", action="store_true", help="the in-tree side only")
     parser.add_argument("--out", type=Path, help="JSON output (default: a new file under reports/)")
     parser.add_argument("--plot", type=Path, help="PNG plot (default: beside the JSON, .png)")
-    parser.add_argument("--resume", type=Path, help="an earlier result JSON: its measured cells are kept, not rerun")
+    parser.add_argument(
+        "--resume",
+        type=Path,
+        action="append",
+        default=[],
+        help="an earlier result JSON whose measured cells are kept, not rerun (repeatable: the first one's cell wins)",
+    )
     args = parser.parse_args(argv)
     try:
         names = [c.name for c in parse_configs(args.configs, n_layers=2)]  # names only; the depth comes later
@@ -282,7 +288,12 @@ def run(args: argparse.Namespace, names: list[str], contexts: list[int], rounds:
     scenario, ids = bench_prompt(profile, session.runner(profile))
     setup = {"model_dir": model_dir, "ids": ids, "steps": args.steps, "prefill_step_size": args.prefill_step_size}
     same = {"model": profile.name, "steps": args.steps, "prefill_step_size": args.prefill_step_size, "shape": shape}
-    prior, resumed = load_prior(args.resume, same) if args.resume else ({}, [])
+    prior: dict[tuple[str, int], dict[str, Any]] = {}
+    resumed: list[dict[str, Any]] = []
+    for path in args.resume:
+        cells_there, sessions = load_prior(path, same)
+        prior = cells_there | prior  # an earlier --resume's cell wins
+        resumed += sessions
     load_before = loadavg()
     kv_configs = [known[n] for n in names]
     cells = bench(kv_configs, contexts, rounds, not args.no_oracle, args.budget_s, setup, shape, prior)

@@ -2,7 +2,7 @@
 
 Two tables: speed and memory per (configuration, context, side), and the KV bytes per token,
 measured against theoretical. The plot: mx peak memory, the cache's stored bytes, decode and
-prefill tok/s against the context, one colour per configuration, in-tree solid, oracle dashed.
+prefill tok/s against the context, one colour per configuration, in-tree solid (o), oracle dashed (x).
 Drawn on a bare matplotlib Figure with the Agg canvas, as harness/signoff/plots.py draws.
 """
 
@@ -34,15 +34,16 @@ def _not_run(cell: dict[str, Any]) -> str | None:
 def speed_table(result: dict[str, Any]) -> list[str]:
     lines = [
         "| config | context | side | prefill tok/s best / median | decode tok/s best / median | mx peak MB "
-        "(over weights) | peak RSS MB | in-tree / oracle decode, prefill (median per round) |",
-        "|---|---:|---|---:|---:|---:|---:|---:|",
+        "(over weights) | peak RSS MB | 1-min load | in-tree / oracle decode, prefill (median per round) |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for cell in result["cells"]:
         head = f"| {cell['config']} | {cell['context']} "
         reason = _not_run(cell)
         if reason:
-            lines.append(head + f"| — | {reason} | | | | |")
+            lines.append(head + f"| — | {reason} | | | | | |")
             continue
+        load = "{:.1f}..{:.1f}".format(*cell["loadavg_1m_before_after"])
         for name, side in cell["sides"].items():
             ratio = ""
             if name == "in-tree" and "ratio_in_tree_over_oracle" in cell:
@@ -53,7 +54,8 @@ def speed_table(result: dict[str, Any]) -> list[str]:
                 ratio = f"oracle not run: {cell['oracle_not_run']}"
             lines.append(
                 head + f"| {name} | {_speed(side['prefill_tok_s'])} | {_speed(side['decode_tok_s'])} | "
-                f"{side['peak_mb']:.0f} ({side['peak_over_weights_mb']:.0f}) | {side['rss_peak_mb']:.0f} | {ratio} |"
+                f"{side['peak_mb']:.0f} ({side['peak_over_weights_mb']:.0f}) | {side['rss_peak_mb']:.0f} | "
+                f"{load} | {ratio} |"
             )
     return lines
 
@@ -142,11 +144,11 @@ def plot_png(result: dict[str, Any]) -> bytes:
     )
     for ax, (title, value) in zip(axes, PANELS, strict=True):
         for config, meta in result["configs"].items():
-            for side, style in (("in-tree", "-"), (meta["oracle"], "--")):
+            for side, style, marker in (("in-tree", "-", "o"), (meta["oracle"], "--", "x")):
                 xs, ys = _series(result, config, side, value)
                 if xs:
                     label = f"{config} ({'in-tree' if side == 'in-tree' else side})"
-                    ax.plot(xs, ys, style, marker="o", markersize=3, color=colors.get(config), label=label)
+                    ax.plot(xs, ys, style, marker=marker, markersize=4, color=colors.get(config), label=label)
         ax.set_title(title, fontsize=10)
         if title.startswith("KV cache"):
             ax.set_yscale("log")  # float and 4-bit caches differ by 6x, a bounded window by more
@@ -157,7 +159,7 @@ def plot_png(result: dict[str, Any]) -> bytes:
         ax.minorticks_off()
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7, ncols=2)
-    fig.suptitle(f"{result['model']}: KV configurations, in-tree (solid) vs oracle (dashed)", fontsize=11)
+    fig.suptitle(f"{result['model']}: KV configurations, in-tree (solid, o) vs oracle (dashed, x)", fontsize=11)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
     return buffer.getvalue()
