@@ -111,13 +111,18 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _series(result: dict[str, Any], config: str, side: str, value: Any) -> tuple[list[int], list[float]]:
-    xs, ys = [], []
+def _series(result: dict[str, Any], config: str, side: str, value: Any) -> tuple[list[int], list[float], list[bool]]:
+    """Contexts, values, and whether the machine ran more than two tasks a core during that cell
+    (the mean of the 1-min load before and after it): tok/s measured so are circled."""
+    cores = result["machine"].get("nproc") or 1
+    xs, ys, busy = [], [], []
     for cell in result["cells"]:
         if cell["config"] == config and side in cell.get("sides", {}):
             xs.append(cell["context"])
             ys.append(value(cell["sides"][side]))
-    return xs, ys
+            load = cell.get("loadavg_1m_before_after") or [0.0]
+            busy.append(sum(load) / len(load) > 2 * cores)
+    return xs, ys, busy
 
 
 PANELS = (
@@ -145,10 +150,13 @@ def plot_png(result: dict[str, Any]) -> bytes:
     for ax, (title, value) in zip(axes, PANELS, strict=True):
         for config, meta in result["configs"].items():
             for side, style, marker in (("in-tree", "-", "o"), (meta["oracle"], "--", "x")):
-                xs, ys = _series(result, config, side, value)
+                xs, ys, busy = _series(result, config, side, value)
                 if xs:
                     label = f"{config} ({'in-tree' if side == 'in-tree' else side})"
                     ax.plot(xs, ys, style, marker=marker, markersize=4, color=colors.get(config), label=label)
+                    loaded = [(x, y) for x, y, b in zip(xs, ys, busy, strict=True) if b]
+                    if loaded and marker == "o":  # a busy machine's tok/s: circled, read with care
+                        ax.plot(*zip(*loaded, strict=True), "o", markersize=9, mfc="none", color=colors.get(config))
         ax.set_title(title, fontsize=10)
         if title.startswith("KV cache"):
             ax.set_yscale("log")  # float and 4-bit caches differ by 6x, a bounded window by more
@@ -159,7 +167,11 @@ def plot_png(result: dict[str, Any]) -> bytes:
         ax.minorticks_off()
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7, ncols=2)
-    fig.suptitle(f"{result['model']}: KV configurations, in-tree (solid, o) vs oracle (dashed, x)", fontsize=11)
+    fig.suptitle(
+        f"{result['model']}: KV configurations, in-tree (solid, o) vs oracle (dashed, x); "
+        "circled: 1-min load over twice the cores during that cell",
+        fontsize=11,
+    )
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
     return buffer.getvalue()
