@@ -261,3 +261,56 @@ def test_cli_bad_config_exits_2_before_loading_anything() -> None:
     assert out.returncode == 2, out.stdout + out.stderr
     assert "--configs: unknown configuration(s) ['nope']; expected some of" in out.stderr
     assert out.stdout == ""
+
+
+# A tiny random Llama whose head dim (64) takes the g64 configurations, for the in-tree worker.
+TINY = {
+    "model_type": "llama",
+    "hidden_size": 128,
+    "num_hidden_layers": 2,
+    "intermediate_size": 128,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "rms_norm_eps": 1e-5,
+    "vocab_size": 64,
+    "tie_word_embeddings": False,
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    from mlx.utils import tree_flatten, tree_unflatten
+
+    from models.universal import LlamaConfig, UniversalLlama
+
+    mx.random.seed(5)
+    llama = UniversalLlama(LlamaConfig.from_dict(TINY))
+    llama.update(tree_unflatten([(n, mx.random.normal(v.shape) * 0.3) for n, v in tree_flatten(llama.parameters())]))
+    llama.eval()
+    mx.eval(llama.parameters())
+    return llama
+
+
+# Every run here ends holding 40 + 7 positions: the unbounded caches in one 256-position block;
+# the rotating one concatenated its prefill chunks (39 positions), then grew one block in place.
+BUFFER = {"rotating-q4": 39 + 256}
+CLASSES = {"plain": "KVCache", "rotating-q4": "RotatingQuantizedKVCache"}
+
+
+@pytest.mark.parametrize("name", DEFAULT_CONFIGS)
+def test_worker_measures_every_configuration(tiny_model, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.tools.bench_kv_worker import run_starter, timed_run
+    from models.universal.composed import kv_paths
+
+    monkeypatch.setattr(kv_paths, "initial_caches", kv_paths.initial_caches)  # the recorder's wrap is undone
+    config = configs(2)[name]
+    start = run_starter(tiny_model, config.job(context=40, steps=6), prefill_step_size=16)
+    prompt = [(7 * i) % 60 + 3 for i in range(40)]
+    first, second = timed_run(start, prompt, 6), timed_run(start, prompt, 6)
+    assert len(first["tokens"]) == 7 and first["tokens"] == second["tokens"]
+    assert first["active_before_bytes"] == second["active_before_bytes"]  # the first run's cache was freed
+    kv = first["kv"]
+    assert (kv["offset"], kv["tokens_held"], kv["dtype"]) == (47, 47, "mlx.core.float32")
+    assert kv["types"] == {CLASSES.get(name, "QuantizedKVCache"): 2}  # streaming converted at 43 of 47
+    per_token = theoretical_kv_bytes(config, kv["offset"], 2, 1, 64, 4)["per_held_token"]
+    assert kv["nbytes"] == per_token * BUFFER.get(name, 256)
