@@ -1,6 +1,6 @@
 """Command line: `python -m harness <verb>`, every face of the harness (the Makefile's targets
 call these): parity, goldens, compact-goldens, signoff and list here; the tools beside the gate
-(bench, bench-compiled, bench-whisper, calibrate, mutants, vad, twins, portability,
+(bench, bench-compiled, bench-kv, bench-whisper, calibrate, mutants, vad, twins, portability,
 quality) parse their own arguments."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from harness.paths import REPO_ROOT, profiles_dir
 TOOLS = {
     "bench": ("harness.tools.bench", "in-tree vs mlx-lm decode speed, and the harness's own overhead"),
     "bench-compiled": ("harness.tools.bench_compiled", "compiled vs eager vs mlx-lm decode (--gate: judge it)"),
+    "bench-kv": ("harness.tools.bench_kv", "KV cache memory and speed per configuration, L1 vs L2, in-tree vs oracle"),
     "bench-whisper": ("harness.tools.bench_whisper", "Whisper real-time factor against mlx-whisper"),
     "calibrate": ("harness.tools.calibrate", "the Whisper fast path's L2 budget and per-step bounds (--write)"),
     "mutants": ("harness.tools.mutants", "inject known faults into the in-tree models; each must be caught"),
