@@ -70,3 +70,20 @@ def test_worker_must_say_ready_first(tmp_path: Path) -> None:
 def test_rounds_need_one(tmp_path: Path) -> None:
     with pytest.raises(HarnessError, match="at least 1"):
         paired_rounds([], 0)
+
+
+def test_spread_of_times_takes_the_lowest_as_best() -> None:
+    s = spread([3.0, 1.0, 2.0], lower_is_better=True)
+    assert (s["best"], s["median"], s["min"], s["max"]) == (1.0, 2.0, 1.0, 3.0)
+
+
+def test_a_worker_checks_the_answer_keys_it_was_given(tmp_path: Path) -> None:
+    """A Whisper side answers seconds per clip: an LLM-shaped answer is refused, naming what it lacks."""
+    (tmp_path / "fake.py").write_text(FAKE)
+    w = Worker("whisper", [sys.executable, str(tmp_path / "fake.py"), "1"], {}, tmp_path, ("seconds", "peak_bytes"))
+    try:
+        w.wait_ready()
+        with pytest.raises(HarnessError, match=r"lacks \['seconds'\]"):
+            w.run()
+    finally:
+        w.close()

@@ -14,9 +14,9 @@
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD
 export MLX_PARITY_ORACLE_PYTHON=$(command -v python3) MLX_PARITY_ORACLE_PYTHONPATH=/tmp/site
-export MLX_PARITY_CACHE=/root/parity-cache HF_HUB_OFFLINE=1
+export MLX_PARITY_CACHE=${MLX_PARITY_CACHE:-/root/parity-cache} HF_HUB_OFFLINE=1
 # Goldens stay on the machine: $OUT brings back at most 8 files (7 here: logs, JSON, the report).
-export MLX_PARITY_GOLDENS=/root/parity-goldens MLX_PARITY_REPORTS=$OUT
+export MLX_PARITY_GOLDENS=${MLX_PARITY_GOLDENS:-/root/parity-goldens} MLX_PARITY_REPORTS=$OUT
 MODEL=${MODEL:-whisper-large-v3-turbo-fp16} ROUNDS=${ROUNDS:-5} CLIPS=${CLIPS:-fox.wav,long.wav}
 started=$(date +%s)
 
@@ -57,7 +57,7 @@ profile() {  # where the time goes: log-Mel, one encoder window, one greedy deco
     --paths faithful,fast,mlx-whisper --clips fox.wav --out "$OUT/profile-whisper-$MODEL.json" \
     > "$OUT/profile-whisper.log" 2>&1
   local status=$?
-  tail -7 "$OUT/profile-whisper.log"
+  tail -11 "$OUT/profile-whisper.log"
   echo "profile: exit $status after $(( $(date +%s) - started )) s"
   return $status
 }
