@@ -11,7 +11,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from harness.paths import cache_root, oracles_dir, reports_dir
+from harness.fileio import atomic_write_bytes
+from harness.paths import REPO_ROOT, cache_root, oracles_dir, reports_dir
 from harness.profile import Profile
 from harness.provenance import device_facts
 
@@ -78,12 +79,29 @@ def machine_line(m: dict[str, Any]) -> str:
     return line
 
 
+def portable_record(obj: Any, key: str = "") -> Any:
+    """`obj` as a record that may be tracked: no path of this machine in it. Loaded libraries
+    (paths into an oracle's venv) keep their file names, which still name the BLAS; a path under
+    this checkout becomes relative to it."""
+    if isinstance(obj, dict):
+        return {k: portable_record(v, k) for k, v in obj.items()}
+    if isinstance(obj, list):
+        if key == "blas_libraries":
+            return [Path(p).name if isinstance(p, str) else p for p in obj]
+        return [portable_record(v) for v in obj]
+    if isinstance(obj, str) and obj.startswith(f"{REPO_ROOT}{os.sep}"):
+        return obj[len(str(REPO_ROOT)) + 1 :]
+    return obj
+
+
 def write_result(result: dict[str, Any], name: str, out: Path | None) -> Path:
-    """The run's JSON, at `out` or reports/bench-<name>-<UTC stamp>.json (gate-<...> as named); its path is printed."""
+    """The run's JSON, at `out` or reports/bench-<name>-<UTC stamp>.json (gate-<...> as named), written
+    whole (an earlier file at `out` stays until the new one is complete) and without this machine's
+    paths (`portable_record`), so that it can be kept under docs/; its path is printed."""
     name = name if name.startswith("gate-") else f"bench-{name}"
     out = out or reports_dir() / f"{name}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    atomic_write_bytes(out, (json.dumps(portable_record(result), indent=2) + "\n").encode())
     print(f"bench: {out}")
     return out
 
