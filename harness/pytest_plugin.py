@@ -76,6 +76,14 @@ def pytest_collection(session: pytest.Session):
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """Goldens are made for the scenarios that will run, not for those -m / -k deselected."""
+    if hasattr(config, "workerinput") and getattr(config.option, "loadgroup", False):
+        lost = ungrouped(items)
+        if lost:
+            raise pytest.UsageError(
+                f"pytest {pytest.__version__} with this pytest-xdist ignores xdist_group (pytest-dev/pytest-xdist"
+                f"#1386): {lost[0]} would run apart from its group, repeating its in-tree runs; install the "
+                "project's pinned pytest (requirements.txt)"
+            )
     selected: dict[str, set[str]] = {}
     for item in items:
         if isinstance(item, ParityItem):
@@ -91,6 +99,19 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if isinstance(item, VadItem):
             vad.setdefault(item.profile.name, VadRun(item.profile, [])).fixtures.append(item.fixture)
     config.stash[_VAD_KEY] = vad
+
+
+def ungrouped(items: list[pytest.Item]) -> list[str]:
+    """Items with an xdist_group mark whose node id lacks the group suffix pytest-xdist's
+    loadgroup schedules by (it adds `@<group>` on the worker before the controller sees the ids)."""
+    lost = []
+    for item in items:
+        names = {
+            str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")
+        }
+        if names and not item.nodeid.endswith("@" + "_".join(sorted(names))):
+            lost.append(item.nodeid)
+    return lost
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:

@@ -20,6 +20,7 @@ class FakeOracle:
 
     counter: Path | None = None
     delay: float = 0.0
+    with_arrays: bool = False  # records carry a named tensor too (as Whisper's mel and encoder output)
 
     def __init__(self, oracle: str):
         self.oracle = oracle
@@ -40,6 +41,7 @@ class FakeOracle:
                 tokens=[int(t) for t in logits.argmax(axis=1)],
                 logits=logits,
                 eos_ids=[0],
+                arrays={"encoder": rng.standard_normal((3, 5)).astype(np.float32)} if FakeOracle.with_arrays else {},
             )
         return {"mlx": device_facts().mlx, "device": "Device(cpu, 0)"}, records, {}
 

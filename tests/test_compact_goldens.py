@@ -178,3 +178,38 @@ def test_release_drops_a_profiles_model_and_records_only(isolated: Path) -> None
     assert session._records == {("other", "plain", "free"): "kept"}
     session._runners["tiny"] = _Runner()  # a later run of the profile builds its model again
     assert session.run_check(profile, profile.scenario("plain"), "decode_logits").passed
+
+
+def test_full_vectors_and_tensors_regenerated_once_are_kept_for_the_next_run(isolated: Path) -> None:
+    """A fresh clone has a compact manifest's hashes only: a gate that needs the full vectors (and
+    the named tensors, such as Whisper's encoder output) runs the oracle once; they are checked
+    against the manifest and kept, so the next run reads them from the cache."""
+    FakeOracle.with_arrays = True
+    try:
+        write_profile(isolated)
+        session = fake_session(isolated)
+        profile = session.profile("tiny")
+        scenario = profile.scenario("plain")
+        made = session.goldens(profile)["plain"]
+        assert made.record.arrays and json.loads(made.manifest_path.read_text())["compact"]["arrays"]
+        _drop_cache_vectors(isolated)
+        FakeOracle.counter = isolated / "runs.txt"
+        first = fake_session(isolated).full_golden(profile, scenario)
+        assert FakeOracle.counter.read_text().count("\n") == 1
+        again = fake_session(isolated).full_golden(profile, scenario)
+        assert FakeOracle.counter.read_text().count("\n") == 1  # from the cache, not the oracle
+        assert again.logits.tobytes() == first.logits.tobytes()
+        assert again.arrays["encoder"].tobytes() == first.arrays["encoder"].tobytes()
+        # A tensor index that cannot be read is never trusted: said, regenerated and rewritten.
+        store = fake_session(isolated).store("mlx-lm")
+        index = store._array_index_path(made.record.array_digests["encoder"])
+        store.blob_path(json.loads(index.read_text())["sha256"]).unlink()  # not in the manifest's blobs either
+        index.write_text("{not json")
+        assert store.full_arrays({"encoder": made.record.array_digests["encoder"]}) is None
+        mended = fake_session(isolated).full_golden(profile, scenario)
+        assert FakeOracle.counter.read_text().count("\n") == 2
+        assert mended.arrays["encoder"].tobytes() == first.arrays["encoder"].tobytes()
+        assert store.full_arrays({"encoder": made.record.array_digests["encoder"]}) is not None
+    finally:
+        FakeOracle.counter = None
+        FakeOracle.with_arrays = False

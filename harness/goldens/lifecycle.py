@@ -250,6 +250,9 @@ class GoldenLifecycle:
         store = self.store(profile.oracle_of(scenario))
         logits = store.full_logits(compact)
         arrays = dict(golden.arrays)
+        missing = {name: digest for name, digest in golden.array_digests.items() if name not in arrays}
+        if missing:
+            arrays |= store.full_arrays(missing) or {}
         if logits is None or set(arrays) != set(golden.array_digests):
             with (
                 clock.phase(oracle_phase(profile.oracle_of(scenario))),
@@ -273,6 +276,7 @@ class GoldenLifecycle:
                 if name not in again.arrays or array_sha256(again.arrays[name]) != digest:
                     raise OracleError(f"{where} is not reproducible: regenerated tensor {name!r} hashes differently")
             store.remember_full(compact, again.logits)
+            store.remember_arrays({name: again.arrays[name] for name in golden.array_digests})
             logits, arrays = again.logits, {name: again.arrays[name] for name in golden.array_digests}
         full = dataclasses.replace(golden, logits=logits, arrays=arrays, compact=None, array_digests={})
         full.validate(f"full golden {profile.name}/{scenario.id}")

@@ -222,6 +222,32 @@ class GoldenStore:
             return None
         return logits
 
+    def _array_index_path(self, digest: str) -> Path:
+        return self.blob_root / "array-index" / f"{digest}.json"
+
+    def remember_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        """Keep tensors a compact golden names only by digest (array_sha256) in this cache."""
+        for array in arrays.values():
+            atomic_write_json(self._array_index_path(array_sha256(array)), self.put_blob(array))
+
+    def full_arrays(self, digests: dict[str, str]) -> dict[str, np.ndarray] | None:
+        """The tensors named by `digests` from this cache, each checked against its digest; None
+        if any is absent or does not hash to it (said, and mended by the regeneration that follows)."""
+        out = {}
+        for name, digest in digests.items():
+            index = self._array_index_path(digest)
+            if not index.exists():
+                return None
+            try:
+                array = self.read_blob(json.loads(index.read_text()), index)
+                if array_sha256(array) != digest:
+                    raise GoldenError(f"tensor {name!r} does not hash to the golden's digest {digest[:12]}")
+            except (OSError, KeyError, TypeError, json.JSONDecodeError, GoldenError) as e:
+                progress.say(f"tensor index {index} is corrupt ({str(e).split(';')[0]}): regenerating it")
+                return None
+            out[name] = array
+        return out
+
     def read_blob(self, ref: dict[str, Any], manifest_path: Path) -> np.ndarray:
         blob = self.blob_path(ref["sha256"])
         try:
