@@ -222,11 +222,12 @@ class _Collector:
     def timing(self) -> dict:
         """The run's time-to-verdict breakdown so far (this process's clock plus the workers')."""
         seconds, calls = clock.totals(), dict(clock.calls)
+        own = sum(seconds.values())  # the controller's own phases (collection, report, ...)
         for name, value in self.worker_seconds.items():
             seconds[name] = seconds.get(name, 0.0) + value
         for name, value in self.worker_calls.items():
             calls[name] = calls.get(name, 0) + value
-        return breakdown(seconds, calls, clock.wall(), len(self.workers), self.worker_item_seconds)
+        return breakdown(seconds, calls, clock.wall(), len(self.workers), self.worker_item_seconds, own)
 
     @property
     def results(self) -> list[ItemResult]:

@@ -101,33 +101,69 @@ def _order(name: str) -> tuple[int, str]:
     return (len(PHASES) if name.startswith(ORACLE_PREFIX) else len(PHASES) + 1, name)
 
 
+def in_tree_seconds(seconds: dict[str, float]) -> float:
+    """The in-tree passes' seconds: every `in-tree <mode>` row, repeats included, the load not
+    (issue 18's target: a warm run within 1.1 x the sum of its in-tree passes)."""
+    return sum(v for k, v in seconds.items() if k.startswith("in-tree ") and k != "in-tree load")
+
+
 def breakdown(
-    seconds: dict[str, float], calls: dict[str, int], wall: float, workers: int = 0, worker_seconds: float = 0.0
+    seconds: dict[str, float],
+    calls: dict[str, int],
+    wall: float,
+    workers: int = 0,
+    worker_seconds: float = 0.0,
+    controller_seconds: float = 0.0,
 ) -> dict[str, Any]:
     """The report's `timing`: one row per phase (exclusive seconds, times entered), then `other`.
 
-    In one process the rows sum to `wall`. With xdist workers (`workers` > 0), the phases that
-    ran in workers are worker seconds: `other` is then the items' time outside any phase plus
-    the controller's, and the rows sum to `total` (workers' busy time + controller's), which
-    exceeds `wall` as much as the workers overlapped."""
+    In one process the rows sum to `wall`, and `other` is the time outside every phase. With
+    xdist workers (`workers` > 0) the rows are busy seconds: the workers' item time
+    (`worker_seconds`) plus the controller's own phases (`controller_seconds`: collection,
+    report). `other` is then the items' time outside any phase, and the rows sum to `total`.
+    The controller's remaining wall time is spent waiting for the workers: it is reported as
+    `controller_waiting_seconds`, outside the rows (counted as `other`, it would look like
+    overhead that does not exist). `total_over_in_tree` is the busy total over the in-tree
+    passes' seconds."""
     rows = [
         {"phase": name, "seconds": round(seconds[name], 3), "calls": calls.get(name, 0)}
         for name in sorted(seconds, key=_order)
     ]
     phased = sum(seconds.values())
-    total = wall + worker_seconds
+    total = worker_seconds + controller_seconds if workers else wall
     rows.append({"phase": "other", "seconds": round(max(total - phased, 0.0), 3), "calls": 0})
-    return {"wall_seconds": round(wall, 3), "total_seconds": round(total, 3), "workers": workers, "phases": rows}
+    in_tree = in_tree_seconds(seconds)
+    out: dict[str, Any] = {
+        "wall_seconds": round(wall, 3),
+        "total_seconds": round(total, 3),
+        "workers": workers,
+        "phases": rows,
+        "in_tree_seconds": round(in_tree, 3),
+        "total_over_in_tree": round(total / in_tree, 4) if in_tree > 0 else None,
+    }
+    if workers:
+        out["controller_waiting_seconds"] = round(max(wall - controller_seconds, 0.0), 3)
+    return out
 
 
 def format_breakdown(timing: dict[str, Any]) -> list[str]:
-    """Compact lines for the terminal: phase, seconds, share of the total, times entered."""
+    """Compact lines for the terminal: phase, seconds, share of the total, times entered; then
+    the in-tree passes' share."""
     total = timing["total_seconds"] or 1.0
     head = f"time to verdict: {timing['wall_seconds']:.1f} s wall"
     if timing.get("workers"):
-        head += f" ({timing['workers']} workers: phases are worker seconds, {timing['total_seconds']:.1f} s in all)"
+        head += (
+            f" ({timing['workers']} workers: the rows are busy seconds, {timing['total_seconds']:.1f} s in all;"
+            f" the controller waited {timing.get('controller_waiting_seconds', 0.0):.1f} s)"
+        )
     lines = [head]
     for row in timing["phases"]:
         calls = f"  x{row['calls']}" if row["calls"] > 1 else ""
         lines.append(f"  {row['phase']:<28} {row['seconds']:9.2f} s {100 * row['seconds'] / total:5.1f} %{calls}")
+    ratio = timing.get("total_over_in_tree")
+    if ratio is not None:
+        lines.append(
+            f"  in-tree passes: {timing['in_tree_seconds']:.1f} s of {timing['total_seconds']:.1f} s"
+            f" ({ratio:.3f} x the in-tree passes)"
+        )
     return lines
