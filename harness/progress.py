@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -19,6 +20,7 @@ class Progress:
         # pytest captures output inside tests; its plugin installs a context manager here that
         # suspends capturing so progress reaches the terminal live.
         self.uncaptured: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext
+        self._lock = threading.Lock()  # the oracle's generation may report from its own thread
 
     @property
     def quiet(self) -> bool:
@@ -26,7 +28,7 @@ class Progress:
 
     def say(self, message: str) -> None:
         if not self.quiet:
-            with self.uncaptured():
+            with self._lock, self.uncaptured():
                 self.console.print(f"[dim]parity[/dim] {message}")
 
     @contextlib.contextmanager

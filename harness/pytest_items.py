@@ -27,7 +27,7 @@ _VAD_KEY = pytest.StashKey[dict[str, VadRun]]()
 
 def _session(config: pytest.Config) -> ParitySession:
     if _SESSION_KEY not in config.stash:
-        config.stash[_SESSION_KEY] = ParitySession()
+        config.stash[_SESSION_KEY] = ParitySession(overlap_generation=True)
     return config.stash[_SESSION_KEY]
 
 

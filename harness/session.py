@@ -89,12 +89,16 @@ class ParitySession(GoldenLifecycle):
     # Faults for `make mutants`: per (profile, scenario), spec keys the in-tree run is given in
     # place of the profile's (the golden stays the profile's: a mutant is judged against it).
     intree_spec_edits: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    # Absent goldens are generated while the in-tree side runs its free runs (lifecycle's
+    # overlap_enabled); the parity plugin's session turns it on.
+    overlap_generation: bool = False
+    _prefetched: dict[tuple[str, str], ScenarioRecord] = field(default_factory=dict)
 
     def release(self, name: str) -> None:
         """Drop a profile's in-tree model and records once its last check has run, so a run
         over many profiles holds one profile's model at a time (a 7 GB runner, issue 14)."""
         self._runners.pop(name, None)
-        for cache in (self._records, self._full_goldens, self._localizations):
+        for cache in (self._records, self._full_goldens, self._localizations, self._prefetched):
             for key in [k for k in cache if k[0] == name]:
                 del cache[key]
         import gc
@@ -149,7 +153,7 @@ class ParitySession(GoldenLifecycle):
         if (profile.name, scenario.id, "free") not in self._records:
             golden = self.golden(profile, scenario).record
             spec = self.intree_spec(profile, scenario)
-            free = self._run(profile, spec, None)
+            free = self._prefetched.pop((profile.name, scenario.id), None) or self._run(profile, spec, None)
             # Teacher forcing only where a check judges it (beam search has no forced path).
             wants_forced = any(
                 registry.get(c).run == "teacher_forced" or c == "token_budget" for c in profile.checks(scenario)
@@ -169,6 +173,27 @@ class ParitySession(GoldenLifecycle):
                 f"{profile.name}/{scenario.id}: no {mode} in-tree run (no check of the scenario asks for it)"
             )
         return self._records[key]
+
+    def prefetch_intree(self, profile: Profile, done: Callable[[], bool]) -> None:
+        """While the oracle generates the profile's absent goldens, run the free runs of its
+        scenarios (those a check will ask for), in profile order, until the generator is done.
+        The scenario's first check then uses the run as made: same runner, same spec, validated
+        the same way; its determinism repeat and teacher-forced run come later, as always. A run
+        that fails here is dropped: the check runs it again and reports the error there."""
+        if profile.implementation not in ("universal-llama", "whisper"):
+            return
+        for scenario in self._scenarios_in_scope(profile):
+            key = (profile.name, scenario.id)
+            if done():
+                return
+            if key in self._prefetched or (*key, "free") in self._records:
+                continue
+            if all(registry.get(c).run == "compiled" for c in profile.checks(scenario)):
+                continue  # a compiled-only scenario makes no free run
+            try:
+                self._prefetched[key] = self._run(profile, self.intree_spec(profile, scenario), None)
+            except Exception:  # noqa: BLE001 - reported by the check that runs it again
+                return
 
     def intree_spec(self, profile: Profile, scenario: Scenario) -> dict[str, Any]:
         """What the in-tree side runs: the profile's scenario (with a mutant's edits, if any)."""

@@ -30,6 +30,11 @@ class FakeOracle:
             with open(FakeOracle.counter, "a") as f:
                 f.write(f"{os.getpid()}\n")
         time.sleep(FakeOracle.delay)
+        return {"mlx": device_facts().mlx, "device": "Device(cpu, 0)"}, self.records(specs), {}
+
+    @staticmethod
+    def records(specs: list[dict[str, Any]]) -> dict[str, ScenarioRecord]:
+        """What `run` returns for `specs`, without its counter or delay (a fake in-tree side replays it)."""
         records = {}
         for spec in specs:
             rng = np.random.default_rng(len(spec["id"]))
@@ -43,7 +48,7 @@ class FakeOracle:
                 eos_ids=[0],
                 arrays={"encoder": rng.standard_normal((3, 5)).astype(np.float32)} if FakeOracle.with_arrays else {},
             )
-        return {"mlx": device_facts().mlx, "device": "Device(cpu, 0)"}, records, {}
+        return records
 
 
 def fake_session(model_dir: Path, weights_hash: str = "w0") -> ParitySession:

@@ -9,8 +9,11 @@ caches it reads (`_profiles`, `_artifacts`, `_goldens`, ...).
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +76,18 @@ def runnable_spec(spec: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
+def overlap_enabled(requested: bool) -> bool:
+    """Generate goldens beside the in-tree side: when the session asks (the parity plugin's
+    does; a session used directly, as tests and tools use it, does not), unless
+    `MLX_PARITY_OVERLAP=0`, and where the machine has a second core or a GPU for it."""
+    if not requested or os.environ.get("MLX_PARITY_OVERLAP", "1") == "0":
+        return False
+    return (os.cpu_count() or 1) >= 2 or device_facts().backend != "cpu"
+
+
 class GoldenLifecycle:
+    overlap_generation = False  # see overlap_enabled
+
     def store(self, oracle: str) -> GoldenStore:
         """Where `oracle`'s goldens for this machine live: its family's golden key names the folder."""
         return GoldenStore(goldens_dir(), cache_root() / "blobs", golden_key(oracle).name)
@@ -148,8 +162,16 @@ class GoldenLifecycle:
                     manifest = store.read_manifest(profile.name, scenario.id) or {}
                     expected_blobs[scenario.id] = manifest.get("blobs", {})
                     todo.append(scenario)
-            for oracle in sorted({profile.oracle_of(s) for s in todo}):  # one generator run per oracle
-                self._generate(profile, [s for s in todo if profile.oracle_of(s) == oracle], expected_blobs)
+            oracles = sorted({profile.oracle_of(s) for s in todo})
+
+            def generate() -> None:
+                for oracle in oracles:  # one generator run per oracle
+                    self._generate(profile, [s for s in todo if profile.oracle_of(s) == oracle], expected_blobs)
+
+            if todo and overlap_enabled(self.overlap_generation):
+                self._generate_beside_intree(profile, generate, oracles)
+            elif todo:
+                generate()
             goldens = {
                 s.id: self.store(profile.oracle_of(s)).load(profile.name, s.id)
                 for s in self._scenarios_in_scope(profile)
@@ -166,6 +188,23 @@ class GoldenLifecycle:
                 )
         self._goldens[profile.name] = goldens
         return goldens
+
+    def _generate_beside_intree(self, profile: Profile, generate: Callable[[], None], oracles: list[str]) -> None:
+        """The oracle generates in its own process, waited on by a thread, while this thread
+        runs the in-tree side's free runs of the profile's scenarios (`prefetch_intree`: a free
+        run needs no golden). Prefetching stops when the generator is done; the time this
+        thread then still waits is charged to the oracle."""
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="oracle") as pool:
+            future = pool.submit(generate)
+            try:
+                self.prefetch_intree(profile, future.done)
+            finally:
+                with clock.phase(oracle_phase("+".join(oracles))):
+                    concurrent.futures.wait([future])
+            future.result()  # the generator's error, as a serial run raises it
+
+    def prefetch_intree(self, profile: Profile, done: Callable[[], bool]) -> None:
+        """Work the in-tree side can do before any golden exists (the session runs free runs)."""
 
     def _scenarios_in_scope(self, profile: Profile) -> list[Scenario]:
         """This backend's scenarios, narrowed to what the pytest run selected. Without a
