@@ -110,13 +110,14 @@ class _VerdictItem(pytest.Item):
 
     def runtest(self) -> None:
         if hasattr(self.config, "workerinput"):  # an xdist worker: its clock's share goes with the result
-            before, calls = clock.totals(), dict(clock.calls)
+            before, calls, beside = clock.totals(), dict(clock.calls), dict(clock.beside)
             try:
                 self._timed_runtest()
             finally:
                 phases = {
                     "seconds": delta(before, clock.totals()),
                     "calls": {k: v - calls.get(k, 0) for k, v in clock.calls.items() if v > calls.get(k, 0)},
+                    "beside": delta(beside, clock.beside),
                 }
                 self.user_properties.append(("parity_phases", json.dumps(phases)))
         else:

@@ -217,6 +217,7 @@ class _Collector:
         self.worker_seconds: dict[str, float] = {}
         self.worker_calls: dict[str, int] = {}
         self.worker_item_seconds = 0.0
+        self.worker_beside: dict[str, float] = {}
         self.workers: set[str] = set()
 
     def timing(self) -> dict:
@@ -227,7 +228,10 @@ class _Collector:
             seconds[name] = seconds.get(name, 0.0) + value
         for name, value in self.worker_calls.items():
             calls[name] = calls.get(name, 0) + value
-        return breakdown(seconds, calls, clock.wall(), len(self.workers), self.worker_item_seconds, own)
+        beside = dict(clock.beside)
+        for name, value in self.worker_beside.items():
+            beside[name] = beside.get(name, 0.0) + value
+        return breakdown(seconds, calls, clock.wall(), len(self.workers), self.worker_item_seconds, own, beside)
 
     @property
     def results(self) -> list[ItemResult]:
@@ -269,6 +273,8 @@ class _Collector:
             self.worker_seconds[name] = self.worker_seconds.get(name, 0.0) + value
         for name, value in phases["calls"].items():
             self.worker_calls[name] = self.worker_calls.get(name, 0) + value
+        for name, value in phases.get("beside", {}).items():
+            self.worker_beside[name] = self.worker_beside.get(name, 0.0) + value
         self.worker_item_seconds += report.duration
         self.workers.add(str(getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "worker")))
 

@@ -60,6 +60,9 @@ class PhaseClock:
         self._stack: list[str] = []
         self._mark = self.started
         self._thread = threading.get_ident()  # phases are charged on this thread only
+        # Work done beside the phases (the oracle generating while the in-tree side runs): its
+        # own seconds, outside the exclusive rows (only the wait for it is a row).
+        self.beside: dict[str, float] = {}
 
     def _charge(self, now: float) -> None:
         if self._stack:
@@ -85,6 +88,9 @@ class PhaseClock:
         finally:
             self._charge(time.perf_counter())
             self._stack.pop()
+
+    def add_beside(self, name: str, seconds: float) -> None:
+        self.beside[name] = self.beside.get(name, 0.0) + seconds
 
     def totals(self) -> dict[str, float]:
         """Exclusive seconds per phase so far (an open phase's time up to now included)."""
@@ -123,6 +129,7 @@ def breakdown(
     workers: int = 0,
     worker_seconds: float = 0.0,
     controller_seconds: float = 0.0,
+    beside: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """The report's `timing`: one row per phase (exclusive seconds, times entered), then `other`.
 
@@ -133,7 +140,8 @@ def breakdown(
     The controller's remaining wall time is spent waiting for the workers: it is reported as
     `controller_waiting_seconds`, outside the rows (counted as `other`, it would look like
     overhead that does not exist). `total_over_in_tree` is the busy total over the in-tree
-    passes' seconds."""
+    passes' seconds. `beside_seconds`: work that ran beside the phases (the oracle generating
+    while the in-tree side ran), its own seconds; only the wait for it is in the rows."""
     rows = [
         {"phase": name, "seconds": round(seconds[name], 3), "calls": calls.get(name, 0)}
         for name in sorted(seconds, key=_order)
@@ -152,6 +160,8 @@ def breakdown(
     }
     if workers:
         out["controller_waiting_seconds"] = round(max(wall - controller_seconds, 0.0), 3)
+    if beside:
+        out["beside_seconds"] = {name: round(v, 3) for name, v in sorted(beside.items(), key=lambda kv: _order(kv[0]))}
     return out
 
 
@@ -169,6 +179,11 @@ def format_breakdown(timing: dict[str, Any]) -> list[str]:
     for row in timing["phases"]:
         calls = f"  x{row['calls']}" if row["calls"] > 1 else ""
         lines.append(f"  {row['phase']:<28} {row['seconds']:9.2f} s {100 * row['seconds'] / total:5.1f} %{calls}")
+    for name, seconds in timing.get("beside_seconds", {}).items():
+        waited = next((r["seconds"] for r in timing["phases"] if r["phase"] == name), 0.0)
+        lines.append(
+            f"  {name} ran {seconds:.1f} s beside the in-tree side; {waited:.1f} s of it was waited for (its row)"
+        )
     ratio = timing.get("total_over_in_tree")
     if ratio is not None:
         lines.append(

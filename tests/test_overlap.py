@@ -83,6 +83,11 @@ def test_free_runs_are_made_while_the_oracle_generates(slow_oracle: Path) -> Non
     assert timing.clock.calls["in-tree free"] == 2
     # The wait for the generator is charged to the oracle; the thread's own phases are not.
     assert 0 < seconds["oracle mlx-lm"] <= ORACLE_SECONDS + 0.5
+    # The generator's own time is kept beside the rows, and the breakdown says both.
+    assert timing.clock.beside["oracle mlx-lm"] >= ORACLE_SECONDS
+    out = timing.breakdown(seconds, timing.clock.calls, timing.clock.wall(), beside=timing.clock.beside)
+    assert out["beside_seconds"]["oracle mlx-lm"] >= ORACLE_SECONDS
+    assert any("oracle mlx-lm ran" in line and "was waited for" in line for line in timing.format_breakdown(out))
 
 
 def test_without_overlap_the_oracle_runs_first(slow_oracle: Path, monkeypatch: pytest.MonkeyPatch) -> None:

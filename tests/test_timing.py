@@ -68,7 +68,8 @@ def test_with_workers_the_controllers_waiting_is_not_other(monkeypatch: pytest.M
     ]
     for worker, duration, phases in items:
         report = SimpleNamespace(duration=duration, node=SimpleNamespace(gateway=SimpleNamespace(id=worker)))
-        collector._add_worker_phases(report, {"seconds": phases, "calls": dict.fromkeys(phases, 1)})
+        beside = {"oracle mlx-lm": 9.0} if "oracle mlx-lm" in phases else {}  # generated beside, 2.5 s waited
+        collector._add_worker_phases(report, {"seconds": phases, "calls": dict.fromkeys(phases, 1), "beside": beside})
     now[0] += 60.0  # the controller waits for both workers
     with timing.clock.phase("report"):
         now[0] += 0.5
@@ -81,8 +82,10 @@ def test_with_workers_the_controllers_waiting_is_not_other(monkeypatch: pytest.M
     assert out["controller_waiting_seconds"] == 60.0
     assert out["in_tree_seconds"] == 95.0  # free, teacher-forced, streamed; the load is not a pass
     assert out["total_over_in_tree"] == pytest.approx(103.5 / 95.0, abs=1e-4)
+    assert out["beside_seconds"] == {"oracle mlx-lm": 9.0}  # outside the rows: the total is unchanged
     lines = timing.format_breakdown(out)
     assert "the controller waited 60.0 s" in lines[0]
+    assert "oracle mlx-lm ran 9.0 s beside the in-tree side; 2.5 s of it was waited for" in lines[-2]
     assert lines[-1].strip().startswith("in-tree passes: 95.0 s of 103.5 s (1.089 x")
 
 

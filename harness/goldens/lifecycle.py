@@ -13,6 +13,7 @@ import concurrent.futures
 import dataclasses
 import os
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -194,13 +195,24 @@ class GoldenLifecycle:
         runs the in-tree side's free runs of the profile's scenarios (`prefetch_intree`: a free
         run needs no golden). Prefetching stops when the generator is done; the time this
         thread then still waits is charged to the oracle."""
+        name = oracle_phase("+".join(oracles))
+        started = time.perf_counter()
+        finished: list[float] = []
+
+        def timed() -> None:
+            try:
+                generate()
+            finally:
+                finished.append(time.perf_counter())
+
         with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="oracle") as pool:
-            future = pool.submit(generate)
+            future = pool.submit(timed)
             try:
                 self.prefetch_intree(profile, future.done)
             finally:
-                with clock.phase(oracle_phase("+".join(oracles))):
+                with clock.phase(name):
                     concurrent.futures.wait([future])
+                clock.add_beside(name, (finished[0] if finished else time.perf_counter()) - started)
             future.result()  # the generator's error, as a serial run raises it
 
     def prefetch_intree(self, profile: Profile, done: Callable[[], bool]) -> None:
