@@ -228,7 +228,10 @@ class ParitySession(GoldenLifecycle):
         actual = self.intree(profile, scenario, spec.run)
         with clock.phase("judging"):
             result = registry.judge(check, golden, actual, lambda: self.full_golden(profile, scenario))
-        if not result.passed and spec.localized and result.first_bad_step is not None and localize_enabled():
+        # Rows of unequal count whose shared rows are all identical differ where a run stopped:
+        # no module computed different bits, so there is nothing to localize.
+        localizable = result.first_bad_step is not None and not result.details.get("shared_rows_identical")
+        if not result.passed and spec.localized and localizable and localize_enabled():
             where = self.localize(profile, scenario, result.first_bad_step)
             if where is not None:
                 result.summary += f"; {where.explain()}"

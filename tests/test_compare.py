@@ -185,3 +185,26 @@ def test_a_longer_in_tree_trajectory_fails_the_logits_gates() -> None:
     assert not result.passed and "in-tree produced 4 logits rows, the oracle 3" in result.summary
     assert not compare_tokens("greedy_tokens", golden, longer).passed
     assert compare_steps("decode_logits", golden, golden, golden.decode_rows()).passed
+    # Every shared row identical: the runs part where the oracle stopped; nothing to localize.
+    assert result.first_bad_step == 3 and result.details["shared_rows_identical"], result
+    assert "the 2 judged rows both made are bit-identical: the runs part at row 3, where the oracle stopped" in (
+        result.summary
+    )
+    shorter = compare_steps("decode_logits", longer, golden, longer.decode_rows())
+    assert not shorter.passed and shorter.first_bad_step == 3 and "where the in-tree run stopped" in shorter.summary
+
+
+def test_a_trajectory_that_diverged_and_ran_on_is_explained_at_its_first_differing_row() -> None:
+    """Unequal row counts fail, and when a shared row differs that row is the failure explained
+    (step, element, ULP) and the one localized, not the row where the lengths part."""
+    rng = np.random.default_rng(1)
+    golden = record(rng.standard_normal((4, 5)).astype(np.float32), [1, 2, 3, 4])
+    logits = np.concatenate([golden.logits, golden.logits[:2]])
+    logits[2, 3] = np.nextafter(logits[2, 3], np.float32(np.inf))
+    diverged = record(logits, [1, 2, 3, 4, 1, 2])
+    result = compare_steps("decode_logits", golden, diverged, golden.decode_rows())
+    assert not result.passed and result.first_bad_step == 2, result
+    assert result.summary.startswith("wrong tensor: in-tree produced 6 logits rows, the oracle 4; first differing step 2")
+    diff = result.details["first_step_diff"]
+    assert diff["first_index"] == 3 and diff["max_ulp"] == 1 and diff["n_differing"] == 1
+    assert result.details["rows"] == {"oracle": 4, "in_tree": 6} and "shared_rows_identical" not in result.details

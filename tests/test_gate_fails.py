@@ -111,4 +111,9 @@ def test_a_run_that_does_not_stop_at_eos_fails_eos_stop(monkeypatch: pytest.Monk
         not results["decode_logits"].passed
         and "in-tree produced 33 logits rows, the oracle 8" in results["decode_logits"].summary
     )
+    # The 7 decode rows both made are identical: the fault is where the loop stopped, not a
+    # module, and the summary says so instead of localizing a row the oracle never made.
+    decode = results["decode_logits"]
+    assert decode.first_bad_step == 8 and "where the oracle stopped" in decode.summary, decode.summary
+    assert "localization" not in decode.details
     assert not results["greedy_tokens"].passed

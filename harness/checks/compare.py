@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -147,13 +147,9 @@ def compare_steps(check: str, golden: ScenarioRecord, actual: ScenarioRecord, st
     steps = list(steps)
     if not steps:
         raise NothingComparedError(f"{check}: nothing to compare: the golden has no logits rows for it")
-    if actual.logits.shape[0] != golden.logits.shape[0]:  # a longer trajectory is as wrong as a shorter one
-        return CheckResult(
-            check,
-            False,
-            f"wrong tensor: in-tree produced {actual.logits.shape[0]} logits rows, the oracle {golden.logits.shape[0]}",
-            first_bad_step=min(actual.logits.shape[0], golden.logits.shape[0]),
-        )
+    n_golden, n_actual = golden.logits.shape[0], actual.logits.shape[0]
+    if n_actual != n_golden:  # a longer trajectory is as wrong as a shorter one
+        return _compare_unequal_lengths(check, golden, actual, steps)
     histogram = np.zeros(len(ULP_BUCKETS), dtype=np.int64)
     for step in steps:
         diff = diff_vectors(golden.logits[step], actual.logits[step])
@@ -190,6 +186,41 @@ def compare_steps(check: str, golden: ScenarioRecord, actual: ScenarioRecord, st
         steps_differing=n_bad,
         details={"first_step_diff": asdict(diff)} | buckets,
         per_step=per_step,
+    )
+
+
+def _compare_unequal_lengths(
+    check: str, golden: ScenarioRecord, actual: ScenarioRecord, steps: list[int]
+) -> CheckResult:
+    """Rows of unequal count always fail; the rows both sides made say where the runs parted.
+
+    A row that differs among them is the failure to explain (and to localize): the trajectory
+    left the oracle's there, and its length differs as a consequence. When every shared row is
+    bit-identical, the model computed the same thing and the runs differ only in where they
+    stopped: the first row one side lacks is named, and there is no module to localize.
+    """
+    n_golden, n_actual = golden.logits.shape[0], actual.logits.shape[0]
+    lengths = f"wrong tensor: in-tree produced {n_actual} logits rows, the oracle {n_golden}"
+    end = min(n_golden, n_actual)
+    shared = [s for s in steps if s < end]
+    result = None
+    if shared:
+        cut = {"logits": golden.logits[:end], "compact": None}
+        result = compare_steps(check, replace(golden, **cut), replace(actual, logits=actual.logits[:end]), shared)
+    rows = {"oracle": n_golden, "in_tree": n_actual}
+    if result is not None and not result.passed:
+        result.summary = f"{lengths}; {result.summary}"
+        result.details["rows"] = rows
+        return result
+    return CheckResult(
+        check,
+        False,
+        f"{lengths}; the {len(shared)} judged rows both made are bit-identical: the runs part at row {end}, "
+        f"where the {'oracle' if n_golden < n_actual else 'in-tree run'} stopped and the other went on",
+        first_bad_step=end,
+        steps_compared=len(shared),
+        details={"rows": rows, "shared_rows_identical": True},
+        per_step=result.per_step if result is not None else [],
     )
 
 
