@@ -21,9 +21,10 @@ import pytest
 
 from harness.artifacts.resolve import resolve_artifact
 from harness.checks.compare import compare_json
-from harness.paths import REPO_ROOT, oracles_dir, profiles_dir
+from harness.paths import REPO_ROOT, profiles_dir
 from harness.profile.load import load_profile
 from harness.runners.venvs import ensure_oracle_env
+from harness.session import ParitySession
 from models.whisper import timing
 from models.whisper.timing import WordTiming, dtw, median_filter, merge_punctuations
 
@@ -210,21 +211,14 @@ def model_dir() -> Path:
 
 
 @pytest.fixture(scope="module")
-def oracle_fox_words(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """mlx-whisper's generator on fox.wav with word timestamps: the golden's record."""
-    work = tmp_path_factory.mktemp("fox-words")
-    spec = {
-        "model_dir": str(model_dir),
-        "scenarios": [{"id": "fox-words", "kind": "transcribe", "audio": str(FOX), "options": WORD_OPTIONS, "seed": 0}],
-    }
-    (work / "spec.json").write_text(json.dumps(spec))
-    env = ensure_oracle_env("mlx-whisper")
-    cmd, child_env = env.command(
-        str(oracles_dir() / "mlx-whisper" / "generate.py"), "--spec", "spec.json", "--out", "out"
-    )
-    child_env["HF_HUB_OFFLINE"] = "1"
-    subprocess.run(cmd, env=child_env, check=True, capture_output=True, cwd=work)
-    return json.loads((work / "out" / "result.json").read_text())["scenarios"]["fox-words"]
+def oracle_fox_words() -> dict:
+    """mlx-whisper's generator on fox.wav with word timestamps: the fox-words golden's record
+    (its transcript and decode calls; made here by the oracle when the store has none)."""
+    session = ParitySession()
+    profile = session.profile("whisper-tiny-en")
+    scenario = profile.scenario("fox-words")
+    assert profile.scenario_spec(scenario)["options"] == WORD_OPTIONS, "fox-words no longer times words greedily"
+    return session.golden(profile, scenario).record.extra
 
 
 @pytest.fixture(scope="module")

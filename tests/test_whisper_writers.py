@@ -1,22 +1,20 @@
 """The writers gate: in-tree txt/vtt/srt/tsv/json bytes equal mlx-whisper's for real results,
 for every word option set, and the gate fails (naming format and line) on perturbed writers.
 
-The transcript is mlx-whisper's own (its generator on fox.wav with word timestamps, in a
-tmp dir); variants of it are fed to both sides: without words (the segment path), and every
-time an hour later (the hours field, a long pause before the first word).
+The transcript is mlx-whisper's own: its generator on fox.wav with word timestamps, which is
+the profile's fox-words golden. Variants of it are fed to both sides: without words (the
+segment path), and every time an hour later (the hours field, a long pause before the first
+word).
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from harness.artifacts.resolve import resolve_artifact
 from harness.checks.writers import (
     FORMATS,
     WORD_OPTION_SETS,
@@ -24,12 +22,12 @@ from harness.checks.writers import (
     first_byte_difference,
     write_oracle,
 )
-from harness.paths import REPO_ROOT, oracles_dir, profiles_dir
-from harness.profile.load import load_profile
-from harness.runners.venvs import ensure_oracle_env
+from harness.paths import REPO_ROOT
+from harness.session import ParitySession
 from models.whisper import writers
 
 FOX = REPO_ROOT / "fixtures" / "audio" / "fox.wav"
+WORD_OPTIONS = {"word_timestamps": True, "temperature": 0.0, "fp16": False}
 VARIANTS = ("words", "no-words", "an-hour-later")
 
 
@@ -52,18 +50,14 @@ def an_hour_later(transcript: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def transcripts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
-    """mlx-whisper's fox.wav transcript with words (a golden generated here) and its variants."""
-    model_dir = resolve_artifact(load_profile(profiles_dir() / "whisper-tiny-en.yaml")).model_dir
-    work = tmp_path_factory.mktemp("writers-golden")
-    options = {"word_timestamps": True, "temperature": 0.0, "fp16": False}
-    scenario = {"id": "fox-words", "kind": "transcribe", "audio": str(FOX), "options": options, "seed": 0}
-    (work / "spec.json").write_text(json.dumps({"model_dir": str(model_dir), "scenarios": [scenario]}))
-    cmd, env = ensure_oracle_env("mlx-whisper").command(
-        str(oracles_dir() / "mlx-whisper" / "generate.py"), "--spec", "spec.json", "--out", "out"
-    )
-    subprocess.run(cmd, env=env | {"HF_HUB_OFFLINE": "1"}, check=True, capture_output=True, cwd=work)
-    transcript = json.loads((work / "out" / "result.json").read_text())["scenarios"]["fox-words"]["transcript"]
+def transcripts() -> dict[str, dict]:
+    """mlx-whisper's fox.wav transcript with words (the fox-words golden: the oracle's generator
+    on this machine's key, made here when the store has none) and its variants."""
+    session = ParitySession()
+    profile = session.profile("whisper-tiny-en")
+    scenario = profile.scenario("fox-words")
+    assert profile.scenario_spec(scenario)["options"] == WORD_OPTIONS, "fox-words no longer times words greedily"
+    transcript = session.golden(profile, scenario).record.extra["transcript"]
     assert sum(len(s["words"]) for s in transcript["segments"]) > 5, "the golden has too few words to judge"
     return {"words": transcript, "no-words": without_words(transcript), "an-hour-later": an_hour_later(transcript)}
 
