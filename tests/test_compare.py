@@ -204,7 +204,9 @@ def test_a_trajectory_that_diverged_and_ran_on_is_explained_at_its_first_differi
     diverged = record(logits, [1, 2, 3, 4, 1, 2])
     result = compare_steps("decode_logits", golden, diverged, golden.decode_rows())
     assert not result.passed and result.first_bad_step == 2, result
-    assert result.summary.startswith("wrong tensor: in-tree produced 6 logits rows, the oracle 4; first differing step 2")
+    assert result.summary.startswith(
+        "wrong tensor: in-tree produced 6 logits rows, the oracle 4; first differing step 2"
+    )
     diff = result.details["first_step_diff"]
     assert diff["first_index"] == 3 and diff["max_ulp"] == 1 and diff["n_differing"] == 1
     assert result.details["rows"] == {"oracle": 4, "in_tree": 6} and "shared_rows_identical" not in result.details
