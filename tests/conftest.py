@@ -44,3 +44,18 @@ def write_profile(root: Path, name: str = "tiny", text: str | None = None) -> Pa
     path = root / "profiles" / f"{name}.yaml"
     path.write_text(text if text is not None else VALID_PROFILE.format(name=name))
     return path
+
+
+WORD_OPTIONS = {"word_timestamps": True, "temperature": 0.0, "fp16": False}
+
+
+def fox_words_golden() -> dict:
+    """mlx-whisper's generator on fox.wav with word timestamps: the extra of whisper-tiny-en's
+    fox-words golden (transcript, decode calls), made by the oracle when the store has none."""
+    from harness.session import ParitySession
+
+    session = ParitySession()
+    profile = session.profile("whisper-tiny-en")
+    scenario = profile.scenario("fox-words")
+    assert profile.scenario_spec(scenario)["options"] == WORD_OPTIONS, "fox-words no longer times words greedily"
+    return session.golden(profile, scenario).record.extra

@@ -24,12 +24,11 @@ from harness.checks.compare import compare_json
 from harness.paths import REPO_ROOT, profiles_dir
 from harness.profile.load import load_profile
 from harness.runners.venvs import ensure_oracle_env
-from harness.session import ParitySession
 from models.whisper import timing
 from models.whisper.timing import WordTiming, dtw, median_filter, merge_punctuations
+from tests.conftest import WORD_OPTIONS, fox_words_golden
 
 FOX = REPO_ROOT / "fixtures" / "audio" / "fox.wav"
-WORD_OPTIONS = {"word_timestamps": True, "temperature": 0.0, "fp16": False}
 
 
 # ---------------------------------------------------------------- definitions
@@ -212,13 +211,7 @@ def model_dir() -> Path:
 
 @pytest.fixture(scope="module")
 def oracle_fox_words() -> dict:
-    """mlx-whisper's generator on fox.wav with word timestamps: the fox-words golden's record
-    (its transcript and decode calls; made here by the oracle when the store has none)."""
-    session = ParitySession()
-    profile = session.profile("whisper-tiny-en")
-    scenario = profile.scenario("fox-words")
-    assert profile.scenario_spec(scenario)["options"] == WORD_OPTIONS, "fox-words no longer times words greedily"
-    return session.golden(profile, scenario).record.extra
+    return fox_words_golden()
 
 
 @pytest.fixture(scope="module")

@@ -23,11 +23,10 @@ from harness.checks.writers import (
     write_oracle,
 )
 from harness.paths import REPO_ROOT
-from harness.session import ParitySession
 from models.whisper import writers
+from tests.conftest import fox_words_golden
 
 FOX = REPO_ROOT / "fixtures" / "audio" / "fox.wav"
-WORD_OPTIONS = {"word_timestamps": True, "temperature": 0.0, "fp16": False}
 VARIANTS = ("words", "no-words", "an-hour-later")
 
 
@@ -53,11 +52,7 @@ def an_hour_later(transcript: dict) -> dict:
 def transcripts() -> dict[str, dict]:
     """mlx-whisper's fox.wav transcript with words (the fox-words golden: the oracle's generator
     on this machine's key, made here when the store has none) and its variants."""
-    session = ParitySession()
-    profile = session.profile("whisper-tiny-en")
-    scenario = profile.scenario("fox-words")
-    assert profile.scenario_spec(scenario)["options"] == WORD_OPTIONS, "fox-words no longer times words greedily"
-    transcript = session.golden(profile, scenario).record.extra["transcript"]
+    transcript = fox_words_golden()["transcript"]
     assert sum(len(s["words"]) for s in transcript["segments"]) > 5, "the golden has too few words to judge"
     return {"words": transcript, "no-words": without_words(transcript), "an-hour-later": an_hour_later(transcript)}
 

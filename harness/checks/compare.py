@@ -147,8 +147,7 @@ def compare_steps(check: str, golden: ScenarioRecord, actual: ScenarioRecord, st
     steps = list(steps)
     if not steps:
         raise NothingComparedError(f"{check}: nothing to compare: the golden has no logits rows for it")
-    n_golden, n_actual = golden.logits.shape[0], actual.logits.shape[0]
-    if n_actual != n_golden:  # a longer trajectory is as wrong as a shorter one
+    if actual.logits.shape[0] != golden.logits.shape[0]:  # a longer trajectory is as wrong as a shorter one
         return _compare_unequal_lengths(check, golden, actual, steps)
     histogram = np.zeros(len(ULP_BUCKETS), dtype=np.int64)
     for step in steps:
@@ -205,8 +204,9 @@ def _compare_unequal_lengths(
     shared = [s for s in steps if s < end]
     result = None
     if shared:
-        cut = {"logits": golden.logits[:end], "compact": None}
-        result = compare_steps(check, replace(golden, **cut), replace(actual, logits=actual.logits[:end]), shared)
+        result = compare_steps(
+            check, replace(golden, logits=golden.logits[:end]), replace(actual, logits=actual.logits[:end]), shared
+        )
     rows = {"oracle": n_golden, "in_tree": n_actual}
     if result is not None and not result.passed:
         result.summary = f"{lengths}; {result.summary}"
