@@ -11,6 +11,7 @@ import sys
 
 from harness.errors import HarnessError
 from harness.paths import REPO_ROOT, profiles_dir
+from harness.settings import check_all as check_settings
 
 # verb -> (module with main(argv), what it does)
 TOOLS = {
@@ -141,6 +142,11 @@ def _list() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    try:
+        check_settings()  # a bad MLX_PARITY_* value stops every verb before it starts
+    except HarnessError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if argv and argv[0] in TOOLS:
         return int(importlib.import_module(TOOLS[argv[0]][0]).main(argv[1:]))
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from harness.settings import directory
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FIXTURES_DIR = REPO_ROOT / "fixtures" / "audio"  # audio fixtures (WAV) of speech and VAD scenarios
@@ -14,19 +15,19 @@ def cache_root() -> Path:
 
     `MLX_PARITY_CACHE` moves it (tests use a temporary one); default `<repo>/.cache`.
     """
-    return Path(os.environ.get("MLX_PARITY_CACHE", REPO_ROOT / ".cache")).resolve()
+    return directory("MLX_PARITY_CACHE", REPO_ROOT / ".cache")
 
 
 def profiles_dir() -> Path:
-    return Path(os.environ.get("MLX_PARITY_PROFILES", REPO_ROOT / "profiles")).resolve()
+    return directory("MLX_PARITY_PROFILES", REPO_ROOT / "profiles")
 
 
 def goldens_dir() -> Path:
-    return Path(os.environ.get("MLX_PARITY_GOLDENS", REPO_ROOT / "goldens")).resolve()
+    return directory("MLX_PARITY_GOLDENS", REPO_ROOT / "goldens")
 
 
 def reports_dir() -> Path:
-    return Path(os.environ.get("MLX_PARITY_REPORTS", REPO_ROOT / "reports")).resolve()
+    return directory("MLX_PARITY_REPORTS", REPO_ROOT / "reports")
 
 
 def oracles_dir() -> Path:

@@ -6,12 +6,13 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 
 from rich.console import Console
+
+from harness.settings import flag
 
 
 class Progress:
@@ -24,7 +25,7 @@ class Progress:
 
     @property
     def quiet(self) -> bool:
-        return os.environ.get("MLX_PARITY_QUIET", "") not in ("", "0")
+        return flag("MLX_PARITY_QUIET")
 
     def say(self, message: str) -> None:
         if not self.quiet:

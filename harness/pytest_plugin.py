@@ -34,6 +34,7 @@ from harness.pytest_items import (
 )
 from harness.report import ItemResult, build_report, peak_rss_mb, print_table, verdict, write_report
 from harness.session import model_provenance
+from harness.settings import check_all as check_settings
 from harness.timing import breakdown, clock, format_breakdown
 
 _REMAINING_KEY = pytest.StashKey[dict[str, int]]()  # ParityItems left to run, per profile
@@ -52,6 +53,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "L1: tier L1 (bit-exact against the plain oracle)")
     config.addinivalue_line("markers", "L2: tier L2 (composed oracle or explained budget)")
     config.addinivalue_line("markers", "nightly: a scenario kept out of make test (-m 'not nightly')")
+    try:
+        check_settings()
+    except HarnessError as e:
+        raise pytest.UsageError(str(e)) from None
     config.stash[_STARTED_KEY] = dt.datetime.now(dt.UTC)
     clock.reset()  # the time-to-verdict breakdown (harness/timing.py) counts from here
     config.pluginmanager.register(_Collector(), "parity-collector")

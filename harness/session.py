@@ -7,7 +7,6 @@ scenario share one oracle run and one in-tree run per mode.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +25,14 @@ from harness.checks.localize import (
     oracle_module_outputs,
 )
 from harness.checks.tokens import sorted_keys
-from harness.errors import HarnessError, NonDeterministicError
+from harness.errors import (
+    ArtifactError,
+    GoldenError,
+    HarnessError,
+    InTreeRunError,
+    NonDeterministicError,
+    OracleError,
+)
 from harness.goldens.lifecycle import GoldenLifecycle, runnable_spec
 from harness.goldens.store import Golden
 from harness.paths import REPO_ROOT
@@ -40,12 +46,13 @@ from harness.runners.llama import LlamaRunner
 from harness.runners.oracle import OracleRunner
 from harness.runners.venvs import oracle_pins_hash
 from harness.runners.whisper import WhisperRunner
+from harness.settings import flag
 from harness.timing import clock, in_tree_phase
 
 
 def localize_enabled() -> bool:
     """`MLX_PARITY_LOCALIZE=0` skips localization (it costs one more run of each side)."""
-    return os.environ.get("MLX_PARITY_LOCALIZE", "1") != "0"
+    return flag("MLX_PARITY_LOCALIZE")
 
 
 def check_deterministic(label: str, first: ScenarioRecord, second: ScenarioRecord) -> None:
@@ -84,6 +91,7 @@ class ParitySession(GoldenLifecycle):
     _scenario_errors: dict[tuple[str, str], HarnessError] = field(default_factory=dict)
     _localizations: dict[tuple[str, str, int], Localization | None] = field(default_factory=dict)
     _full_goldens: dict[tuple[str, str], ScenarioRecord] = field(default_factory=dict)
+    _full_golden_errors: dict[tuple[str, str], HarnessError] = field(default_factory=dict)
     # Per profile, the scenarios a pytest run selected (absent: all): only their goldens are made.
     selected_scenarios: dict[str, set[str]] = field(default_factory=dict)
     # Faults for `make mutants`: per (profile, scenario), spec keys the in-tree run is given in
@@ -93,12 +101,19 @@ class ParitySession(GoldenLifecycle):
     # overlap_enabled); the parity plugin's session turns it on.
     overlap_generation: bool = False
     _prefetched: dict[tuple[str, str], ScenarioRecord] = field(default_factory=dict)
+    # Artifacts whose every file was read again this session (verify_artifact), and those
+    # found corrupt that could not be mended (a hub snapshot): every later check says so.
+    _verified_in_full: set[str] = field(default_factory=set)
+    _artifact_rebuilds: dict[str, int] = field(default_factory=dict)
+    _artifact_errors: dict[str, HarnessError] = field(default_factory=dict)
+    # In-tree runs that raised, per (profile, scenario, compiled?): never run again in the session.
+    _intree_errors: dict[tuple[str, str, bool], Exception] = field(default_factory=dict)
 
     def release(self, name: str) -> None:
         """Drop a profile's in-tree model and records once its last check has run, so a run
         over many profiles holds one profile's model at a time (a 7 GB runner, issue 14)."""
         self._runners.pop(name, None)
-        for cache in (self._records, self._full_goldens, self._localizations, self._prefetched):
+        for cache in (self._records, self._full_goldens, self._localizations, self._prefetched, self._intree_errors):
             for key in [k for k in cache if k[0] == name]:
                 del cache[key]
         import gc
@@ -114,6 +129,8 @@ class ParitySession(GoldenLifecycle):
         return self._profiles[name]
 
     def artifact(self, profile: Profile) -> ResolvedArtifact:
+        if profile.name in self._artifact_errors:  # found corrupt in full and not mendable here
+            raise self._artifact_errors[profile.name]
         if profile.name not in self._artifacts:
             with clock.phase("artifact"):
                 self._artifacts[profile.name] = resolve_artifact(profile)
@@ -136,7 +153,32 @@ class ParitySession(GoldenLifecycle):
         return self._runners[profile.name]
 
     def intree(self, profile: Profile, scenario: Scenario, mode: str) -> ScenarioRecord:
-        """The in-tree record of a scenario, checked for determinism before any comparison."""
+        """The in-tree record of a scenario, checked for determinism before any comparison.
+
+        A run that raised is remembered: every later check of the scenario is an error that
+        names the first failure, rather than running it again (an empty WAV's nine checks
+        made nine runs and nine tracebacks; a one-off crash failed one check and passed the
+        retries)."""
+        failed = self._intree_errors.get((profile.name, scenario.id, mode == "compiled"))
+        if failed is not None:
+            raise InTreeRunError(
+                f"{profile.name}/{scenario.id}: the in-tree run already failed in this session, "
+                f"not run again: {type(failed).__name__}: {failed}"
+            )
+        try:
+            self._intree(profile, scenario, mode)
+        except (GoldenError, ArtifactError, OracleError):
+            raise  # the oracle's or the artifact's side: remembered where it is had
+        except Exception as e:
+            self._intree_errors[(profile.name, scenario.id, mode == "compiled")] = e
+            raise
+        if (profile.name, scenario.id, mode) not in self._records:
+            raise HarnessError(
+                f"{profile.name}/{scenario.id}: no {mode} in-tree run (no check of the scenario asks for it)"
+            )
+        return self._records[(profile.name, scenario.id, mode)]
+
+    def _intree(self, profile: Profile, scenario: Scenario, mode: str) -> None:
         key = (profile.name, scenario.id, mode)
         if mode == "compiled":
             if key not in self._records:
@@ -149,7 +191,7 @@ class ParitySession(GoldenLifecycle):
                 record.validate(f"in-tree record {profile.name}/{spec['id']} (compiled decode)")
                 check_deterministic(f"{profile.name}/{scenario.id} (compiled decode)", record, repeat)
                 self._records[key] = record
-            return self._records[key]
+            return
         if (profile.name, scenario.id, "free") not in self._records:
             golden = self.golden(profile, scenario).record
             spec = self.intree_spec(profile, scenario)
@@ -168,11 +210,6 @@ class ParitySession(GoldenLifecycle):
             self._records[(profile.name, scenario.id, "free")] = free
             if forced is not None:
                 self._records[(profile.name, scenario.id, "teacher_forced")] = forced
-        if key not in self._records:
-            raise HarnessError(
-                f"{profile.name}/{scenario.id}: no {mode} in-tree run (no check of the scenario asks for it)"
-            )
-        return self._records[key]
 
     def prefetch_intree(self, profile: Profile, done: Callable[[], bool]) -> None:
         """While the oracle generates the profile's absent goldens, run the free runs of its
@@ -212,7 +249,16 @@ class ParitySession(GoldenLifecycle):
     # -- checks ------------------------------------------------------------------------------
 
     def run_check(self, profile: Profile, scenario: Scenario, check: str) -> CheckResult:
+        rebuilds = self._artifact_rebuilds.get(profile.name, 0)
         result = self._judge(profile, scenario, check)
+        if not result.passed:
+            # A failure is blamed on the implementation only once the artifact's files are
+            # known intact: read in full (bit rot keeps size and mtime). A corrupt made-here
+            # artifact is rebuilt (what ran on it dropped) and the check judged again on it.
+            self.verify_artifact(profile, f"after {profile.name}/{scenario.id}/{check} failed")
+            if self._artifact_rebuilds.get(profile.name, 0) != rebuilds:
+                result = self._judge(profile, scenario, check)
+                result.summary += "; judged again after the artifact was found corrupt and made again"
         if not result.passed:
             note = self.recorded_elsewhere(profile, scenario)
             if note is not None:

@@ -68,9 +68,12 @@ def _index_path(directory: Path) -> Path:
     return cache_root() / "verified" / (hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:24] + ".json")
 
 
-def _hash_with_index(directory: Path, names: list[str]) -> dict[str, str | None]:
+def _hash_with_index(directory: Path, names: list[str], full: bool = False) -> dict[str, str | None]:
     """sha256 of each file, read again only when its size or mtime changed since the last
-    check (the index lives in the cache, never in the directory); None for a missing file."""
+    check (the index lives in the cache, never in the directory); None for a missing file.
+    `full` reads every file whatever the index says: bit rot keeps size and mtime, so only a
+    full read sees it (before goldens are made, and when a gate fails). The index then keeps
+    what was read, so a cheap check after a full one sees the rot too."""
     index_path = _index_path(directory)
     try:
         index = json.loads(index_path.read_text())
@@ -86,7 +89,7 @@ def _hash_with_index(directory: Path, names: list[str]) -> dict[str, str | None]
             out[name] = None
             continue
         seen = index.get(name) if isinstance(index, dict) else None
-        if isinstance(seen, list) and seen[:2] == [st.st_size, st.st_mtime_ns]:
+        if not full and isinstance(seen, list) and seen[:2] == [st.st_size, st.st_mtime_ns]:
             out[name] = seen[2]
         else:
             out[name] = sha256_file(path)
@@ -99,15 +102,17 @@ def _hash_with_index(directory: Path, names: list[str]) -> dict[str, str | None]
     return out
 
 
-def check_files(directory: Path) -> list[str]:
-    """What is wrong with a directory made here, against its own record; [] when intact."""
+def check_files(directory: Path, full: bool = False) -> list[str]:
+    """What is wrong with a directory made here, against its own record; [] when intact.
+    Cheap by default (a file whose size and mtime are as last hashed is not read); `full`
+    reads every file."""
     try:
         record = json.loads((directory / FILES_RECORD).read_text())
     except FileNotFoundError:
         return [f"no {FILES_RECORD} (made by an older harness, or never finished)"]
     except (OSError, ValueError) as e:
         return [f"unreadable {FILES_RECORD}: {e}"]
-    actual = _hash_with_index(directory, sorted(record))
+    actual = _hash_with_index(directory, sorted(record), full=full)
     problems = [
         f"{n}: missing" if actual[n] is None else f"{n}: sha256 {actual[n][:12]}… is not the recorded {record[n][:12]}…"
         for n in sorted(record)

