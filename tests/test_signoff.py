@@ -1,9 +1,10 @@
 """`python -m harness signoff`: a real sign-off, its page in headless Chromium, JUnit, diff, waivers.
 
 One real sign-off (minicpm5-2b-mini, scenario think-on, ~40 s) is made once per session by
-the `real` fixture through the real command line; the other tests render variants of its
-report (a failing check, a waiver, a previous sign-off) through the same renderer, which
-reads results only.
+the `real` fixture through the real command line, with the profile cut to that one scenario
+(a sign-off of a deselected subset is INCOMPLETE, never SIGNED OFF: the whole profile has 30
+scenarios); the other tests render variants of its report (a failing check, a waiver, a
+previous sign-off) through the same renderer, which reads results only.
 
 Console errors are caught two ways, because neither alone is airtight: the page is loaded
 from a copy with a probe script injected first in <head> that records `error` events
@@ -36,9 +37,10 @@ from harness import HARNESS_VERSION
 from harness.checks import registry
 from harness.errors import HarnessError
 from harness.paths import REPO_ROOT
+from harness.profile.load import load_profile
 from harness.report import ItemResult, build_report, merge_reports
 from harness.signoff.cli import sign_off
-from harness.signoff.model import BLOCKED, SIGNED_OFF, ParityReport
+from harness.signoff.model import BLOCKED, INCOMPLETE, SIGNED_OFF, ParityReport
 from harness.signoff.waivers import Waiver, WaiverError, load_waivers, parse_waivers
 from harness.signoff.writer import SIGNOFF_FILES
 
@@ -53,10 +55,15 @@ class RealSignoff:
     stdout: str
     directory: Path
     report: ParityReport  # the sign-off's report.json, read back
+    profiles: Path  # the profiles it ran: the repository's, minicpm5-2b-mini cut to think-on
 
 
-def _cli(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLX_PARITY_")} | {"MLX_PARITY_QUIET": "1"}
+def _cli(*args: str, timeout: int = 900, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = (
+        {k: v for k, v in os.environ.items() if not k.startswith("MLX_PARITY_")}
+        | {"MLX_PARITY_QUIET": "1"}
+        | (env or {})
+    )
     return subprocess.run(
         [sys.executable, "-m", "harness", *args],
         capture_output=True,
@@ -72,6 +79,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> RealSignoff:
     """A real `python -m harness signoff` run (repo cache and goldens), written to a temporary folder."""
     root = tmp_path_factory.mktemp("signoff")
     (root / "waivers.yaml").write_text("[]\n")
+    profiles = _think_on_profiles(root / "profiles")
     out = _cli(
         "signoff",
         "--model",
@@ -80,13 +88,30 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> RealSignoff:
         str(root / "reports"),
         "--waivers",
         str(root / "waivers.yaml"),
-        "--",
-        "-k",
-        "think-on",
+        env={"MLX_PARITY_PROFILES": str(profiles)},
     )
     dirs = sorted((root / "reports").glob("signoff-*"))
     assert len(dirs) == 1, out.stdout[-4000:] + out.stderr[-4000:]
-    return RealSignoff(out.returncode, out.stdout, dirs[0], ParityReport.load(dirs[0] / "report.json"))
+    return RealSignoff(out.returncode, out.stdout, dirs[0], ParityReport.load(dirs[0] / "report.json"), profiles)
+
+
+def _think_on_profiles(profiles: Path) -> Path:
+    """The repository's profiles, minicpm5-2b-mini's cut to its think-on scenario (unchanged, so
+    its goldens are the repository's): a whole profile a test can sign off in ~40 s."""
+    shutil.copytree(REPO_ROOT / "profiles", profiles)
+    path = profiles / "minicpm5-2b-mini.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["scenarios"] = [s for s in data["scenarios"] if s["id"] == "think-on"]
+    assert len(data["scenarios"]) == 1
+    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    return profiles
+
+
+@pytest.fixture
+def think_on(real: RealSignoff, monkeypatch: pytest.MonkeyPatch) -> RealSignoff:
+    """The real sign-off, with this process judging against the profiles it ran."""
+    monkeypatch.setenv("MLX_PARITY_PROFILES", str(real.profiles))
+    return real
 
 
 def _render(report: ParityReport | dict, out: Path, waivers: list[Waiver] | None = None, **kwargs) -> Path:
@@ -138,6 +163,25 @@ def test_signoff_writes_the_four_files_for_a_real_run(real: RealSignoff) -> None
 _L1 = tuple(registry.defaults())  # think-on names no checks: it runs the defaults, in table order
 
 
+def test_the_real_run_is_incomplete_against_the_whole_profile(real: RealSignoff, tmp_path: Path) -> None:
+    """The same real report judged against the repository's minicpm5-2b-mini (30 scenarios) is a
+    deselected subset: INCOMPLETE, every other check of the profile named as not run."""
+    data = copy.deepcopy(real.report.raw)
+    data.pop("signoff")
+    directory = _render(data, tmp_path, requested_models=["minicpm5-2b-mini"])
+    signoff = json.loads((directory / "report.json").read_text())["signoff"]
+    profile = load_profile(REPO_ROOT / "profiles" / "minicpm5-2b-mini.yaml")
+    backend = real.report.device["backend"]
+    every = [f"{profile.name}/{s.id}/{c}" for s in profile.active_scenarios(backend) for c in profile.checks(s)]
+    ran = [f"{profile.name}/think-on/{c}" for c in _L1]
+    assert set(ran) < set(every)
+    assert signoff["verdict"] == INCOMPLETE and signoff["blockers"] == []
+    assert signoff["expected_checks"] == len(every) and signoff["not_run"] == [i for i in every if i not in ran]
+    summary = (directory / "summary.md").read_text()
+    assert summary.startswith("# Parity sign-off: INCOMPLETE")
+    assert f"## Not run ({len(every) - len(ran)} of {len(every)} checks of the requested profiles)" in summary
+
+
 def test_page_is_self_contained(real: RealSignoff) -> None:
     page = (real.directory / "index.html").read_text()
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", page)
@@ -146,8 +190,12 @@ def test_page_is_self_contained(real: RealSignoff) -> None:
     assert len(re.findall(r'src="data:image/png;base64,', page)) == 1  # think-on's plot
 
 
+@pytest.mark.usefixtures("think_on")
 def test_junit_counts_match_the_report(real: RealSignoff, tmp_path: Path) -> None:
-    for directory in (real.directory, _render(_failing_variant(real), tmp_path, [_waiver("*/*/decode_logits")])):
+    for directory in (
+        real.directory,
+        _render(_failing_variant(real), tmp_path, [_waiver("minicpm5-2b-mini/*/decode_logits")]),
+    ):
         report = json.loads((directory / "report.json").read_text())
         root = ET.parse(directory / "junit.xml").getroot()
         suites = {s.get("name"): s for s in root.iter("testsuite")}
@@ -160,10 +208,13 @@ def test_junit_counts_match_the_report(real: RealSignoff, tmp_path: Path) -> Non
                 assert int(suite.get(attr)) == report["signoff"]["counts"][status], attr
         assert int(root.get("tests")) == sum(int(s.get("tests")) for s in suites.values())
     cases = {c.get("name"): c for c in root.iter("testcase")}
-    assert cases["decode_logits"].find("skipped").get("message").startswith("WAIVED by */*/decode_logits")
+    assert (
+        cases["decode_logits"].find("skipped").get("message").startswith("WAIVED by minicpm5-2b-mini/*/decode_logits")
+    )
     assert cases["eos_stop"].find("error") is not None
 
 
+@pytest.mark.usefixtures("think_on")
 def test_diff_against_the_previous_signoff(real: RealSignoff, tmp_path: Path) -> None:
     out = tmp_path / "reports"
     first = _render(_failing_variant(real), out)
@@ -306,8 +357,11 @@ def test_page_loads_in_headless_chromium_without_errors_and_shows_the_matrix(rea
     assert len(colors) > 100  # text, plot and tables: not a blank or single-colour page
 
 
+@pytest.mark.usefixtures("think_on")
 def test_blocked_page_in_headless_chromium(real: RealSignoff, tmp_path: Path) -> None:
-    directory = _render(_failing_variant(real), tmp_path / "reports", [_waiver("*/think-on/decode_logits")])
+    directory = _render(
+        _failing_variant(real), tmp_path / "reports", [_waiver("minicpm5-2b-mini/think-on/decode_logits")]
+    )
     errors, probe, console = _probe(directory / "index.html", tmp_path)
     assert errors == [] and console == []
     expected = {"decode_logits": "WAIVED", "eos_stop": "ERROR"}  # what _failing_variant and the waiver did
@@ -499,13 +553,15 @@ def test_waivers_file_forms() -> None:
 # -- command line ----------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("think_on")
 def test_cli_exit_codes_and_sign_offs_are_never_clobbered(real: RealSignoff, tmp_path: Path) -> None:
     failing = tmp_path / "failing.json"
     failing.write_text(json.dumps(_failing_variant(real)))
     out = tmp_path / "reports"
     (tmp_path / "none.yaml").write_text("[]\n")
     args = ("signoff", "--from-report", str(failing), "--out", str(out), "--waivers", str(tmp_path / "none.yaml"))
-    first = _cli(*args, timeout=120)
+    env = {"MLX_PARITY_PROFILES": str(real.profiles)}
+    first = _cli(*args, timeout=120, env=env)
     assert first.returncode == 1 and "sign-off: BLOCKED" in first.stdout, first.stderr[-3000:]
     assert "blocking check minicpm5-2b-mini/think-on/decode_logits" in first.stdout
     (directory,) = out.glob("signoff-*")
@@ -519,16 +575,20 @@ def test_cli_exit_codes_and_sign_offs_are_never_clobbered(real: RealSignoff, tmp
             ]
         )
     )
-    second = _cli(*args[:-1], str(waived), timeout=120)
+    second = _cli(*args[:-1], str(waived), timeout=120, env=env)
     assert second.returncode == 0 and "sign-off: SIGNED OFF" in second.stdout, second.stdout + second.stderr
     assert sorted(p.name for p in out.iterdir()) == [directory.name, directory.name + "-2"]
     assert {p.name: p.read_bytes() for p in directory.iterdir()} == before
     assert not list(out.glob(".*"))  # no staging directory left behind
+    # Against the repository's whole profile the same report is a partial run: INCOMPLETE, exit 3.
+    partial = _cli(*args[:-1], str(waived), timeout=120)
+    assert partial.returncode == 3 and "sign-off: INCOMPLETE" in partial.stdout, partial.stdout + partial.stderr
+    assert "not run: " in partial.stdout and "SIGNED OFF" not in partial.stdout
 
     waived.write_text("- {check: nope}\n")
-    bad = _cli(*args[:-1], str(waived), timeout=120)
+    bad = _cli(*args[:-1], str(waived), timeout=120, env=env)
     assert bad.returncode == 2 and f"error: {waived}: [0].reason: required" in bad.stderr
-    missing = _cli("signoff", "--from-report", str(tmp_path / "absent.json"), "--out", str(out), timeout=120)
+    missing = _cli("signoff", "--from-report", str(tmp_path / "absent.json"), "--out", str(out), timeout=120, env=env)
     assert missing.returncode == 2 and "cannot read a JSON report" in missing.stderr
 
 
@@ -601,6 +661,7 @@ def test_workflows_do_what_the_issue_asks() -> None:
     assert "--shm-size" in pr_job["container"]["options"]
 
 
+@pytest.mark.usefixtures("think_on")
 def test_rerendering_a_signoff_does_not_diff_against_itself(real: RealSignoff, tmp_path: Path) -> None:
     out = tmp_path / "reports"
     first = _render(real.report, out)
@@ -608,6 +669,7 @@ def test_rerendering_a_signoff_does_not_diff_against_itself(real: RealSignoff, t
     assert json.loads((again / "report.json").read_text())["signoff"]["diff"] is None
 
 
+@pytest.mark.usefixtures("think_on")
 def test_quality_section_is_shown_apart_from_the_verdict(real: RealSignoff, tmp_path: Path) -> None:
     """A quality report of the signed-off model (one pair failing its thresholds, one whose in-tree
     cross-check differed) is listed in its own section; the verdict is the same as without it."""

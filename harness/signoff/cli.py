@@ -4,7 +4,8 @@ The parity run is the ordinary `python -m harness parity`, one child process per
 each writing its JSON report to a temporary path; the reports are merged into one. The
 sign-off adds no second way of running checks, only a reader of their results.
 `--from-report` skips the run and signs off an existing report.
-Exit codes: 0 SIGNED OFF, 1 BLOCKED, 2 a harness error (bad waivers file, no report).
+Exit codes: 0 SIGNED OFF, 1 BLOCKED, 2 a harness error (bad waivers file, no report),
+3 INCOMPLETE (nothing blocks, but checks of the requested profiles did not run: `-- -k ...`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from harness.paths import REPO_ROOT, reports_dir
 from harness.progress import progress
 from harness.report import merge_reports
 from harness.signoff.junit import render_junit
-from harness.signoff.model import SIGNED_OFF, ParityReport, SignoffReport
+from harness.signoff.model import INCOMPLETE, SIGNED_OFF, ParityReport, SignoffReport, check_id
 from harness.signoff.page import render_page
 from harness.signoff.plots import scenario_plots
 from harness.signoff.quality import latest_quality_reports
@@ -64,8 +65,20 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
         print(f"  blocking {b.kind} {b.subject}: {b.reason[:200]}")
     if len(s.blockers) > 20:
         print(f"  ... and {len(s.blockers) - 20} more (see summary.md)")
+    if s.not_run:
+        print(
+            f"  not run: {s.not_run_line()}: deselected (pytest -k / -m) or absent from the report; "
+            "no sign-off of the profiles until every check runs"
+        )
+        for cid in s.not_run[:10]:
+            print(f"    {cid}")
+        if len(s.not_run) > 10:
+            print(f"    ... and {len(s.not_run) - 10} more (summary.md lists every one)")
     print(f"sign-off written: {directory}/index.html")
-    return 0 if s.verdict == SIGNED_OFF else 1
+    return EXIT_CODES.get(s.verdict, 1)
+
+
+EXIT_CODES = {SIGNED_OFF: 0, INCOMPLETE: 3}  # BLOCKED (or anything else): 1
 
 
 def sign_off(
@@ -83,6 +96,7 @@ def sign_off(
     """Judge a parity report and write its sign-off directory under `out`; the one entry point."""
     now = dt.datetime.now(dt.UTC)
     previous = previous or find_previous(out, report.device_key, exclude=exclude_previous)
+    judged = requested_models or sorted({r.model for r in report.results})
     signoff = evaluate(
         report,
         waivers,
@@ -92,11 +106,40 @@ def sign_off(
         parity_exit_code=parity_exit_code,
         machine=machine,
         previous=(str(previous), load_previous(previous)) if previous else None,
+        expected=profile_check_ids(judged, report.device.get("backend")),
     )
     models = sorted(set(signoff.models) | set(requested_models or []))
     doc = SignoffReport(report, signoff, quality=latest_quality_reports(out, signoff.device_key, models))
     directory = write_signoff_dir(out, signoff_name(signoff.harness_version, signoff.device_key), render(doc))
     return directory, doc
+
+
+def profile_check_ids(models: list[str], backend: str | None) -> list[str]:
+    """Every check id these profiles collect on `backend` (the report's; default this host's):
+    what a complete sign-off of them judges, enumerated as collection does (harness/pytest_items.py):
+    per model profile, each scenario the backend runs times its checks; per VAD profile, each
+    fixture times its checks. A profile that does not load adds nothing here (its run has an
+    ERROR row for it), nor does a name that is no profile (without results it blocks as missing).
+    """
+    from harness.checks.vad import vad_checks
+    from harness.profile.load import available_profiles, load_profile
+    from harness.profile.vad import available_vad_profiles, load_vad_profile
+    from harness.provenance import device_facts
+
+    profiles, vad_profiles = available_profiles(), available_vad_profiles()
+    ids: list[str] = []
+    for name in models:
+        try:
+            if name in profiles:
+                p = load_profile(profiles[name])
+                backend = backend or device_facts().backend
+                ids += [check_id(p.name, s.id, c) for s in p.active_scenarios(backend) for c in p.checks(s)]
+            elif name in vad_profiles:
+                v = load_vad_profile(vad_profiles[name])
+                ids += [check_id(v.name, str(f), c) for f in v.fixtures for c in vad_checks(v)]
+        except (HarnessError, OSError, ValueError):  # the run reports a profile that does not load
+            continue
+    return ids
 
 
 def render(doc: SignoffReport) -> dict[str, bytes]:

@@ -2,8 +2,10 @@
 
 CI systems read JUnit XML; the mapping follows the sign-off's statuses: FAIL is a
 <failure>, ERROR an <error>, WAIVED a <skipped> whose message names the waiver. An expired
-waiver is a <failure> in the `signoff.waivers` suite, so the XML blocks exactly when the
-sign-off does (a model without results has no suite: the summary says so).
+waiver is a <failure> in the `signoff.waivers` suite, and so is each check of the requested
+profiles that did not run in the `signoff.not-run` suite (an INCOMPLETE sign-off), so the
+XML fails exactly when the sign-off does not sign off (a model without results has no
+suite: the summary says so).
 """
 
 from __future__ import annotations
@@ -45,6 +47,16 @@ def render_junit(doc: SignoffReport) -> bytes:
             ET.SubElement(case, "system-out").text = f"{w.reason} (owner {w.owner}, expires {w.expires}): {w.note}"
         totals["tests"] += len(s.waivers)
         totals["failures"] += len(expired)
+    if s.not_run:
+        suite = ET.SubElement(root, "testsuite", name="signoff.not-run")
+        suite.attrib |= {"tests": str(len(s.not_run)), "failures": str(len(s.not_run)), "errors": "0", "skipped": "0"}
+        for cid in s.not_run:
+            model, scenario, check = cid.split("/", 2)
+            case = ET.SubElement(suite, "testcase", classname=f"{model}.{scenario}", name=check, time="0")
+            message = f"not run: {cid} has no result (deselected or absent from the report): the sign-off is incomplete"
+            ET.SubElement(case, "failure", message=message, type="NotRun")
+        totals["tests"] += len(s.not_run)
+        totals["failures"] += len(s.not_run)
     root.attrib |= {k: str(v) for k, v in totals.items()}
     ET.indent(root)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"

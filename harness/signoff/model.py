@@ -20,6 +20,9 @@ from harness.report import ItemResult
 
 SIGNED_OFF = "SIGNED OFF"
 BLOCKED = "BLOCKED"
+# Nothing blocks, but checks of the requested profiles did not run (deselected with -k / -m, or
+# absent from the report): a partial run, never a sign-off of those profiles.
+INCOMPLETE = "INCOMPLETE"
 # Per check: PASS and WAIVED do not block; FAIL and ERROR do.
 STATUSES = ("PASS", "WAIVED", "FAIL", "ERROR")
 _REPORT_KEYS = ("harness_version", "started", "finished", "verdict", "counts", "context", "results")
@@ -177,7 +180,7 @@ class ScenarioTiming:
 
 @dataclass(frozen=True)
 class Signoff:
-    verdict: str  # SIGNED OFF | BLOCKED
+    verdict: str  # SIGNED OFF | INCOMPLETE | BLOCKED
     generated: str
     harness_version: str
     device_key: str
@@ -190,10 +193,25 @@ class Signoff:
     diff: ReportDiff | None
     # Requested models of which no scenario runs on this backend: listed, not judged, not passed.
     not_run_here: list[str] = field(default_factory=list)
+    # Every check the requested profiles collect on this backend (how many), and those of them
+    # that have no result in the report: any makes the sign-off INCOMPLETE (or it is BLOCKED).
+    expected_checks: int = 0
+    not_run: list[str] = field(default_factory=list)
 
     @property
     def counts(self) -> dict[str, int]:
         return {s: sum(c.status == s for c in self.checks) for s in STATUSES}
+
+    def not_run_line(self) -> str:
+        """'92 of 99 checks of the requested profiles (smollm2-135m 92)': empty when all ran."""
+        if not self.not_run:
+            return ""
+        per_model: dict[str, int] = {}
+        for cid in self.not_run:
+            model = cid.split("/", 1)[0]
+            per_model[model] = per_model.get(model, 0) + 1
+        models = ", ".join(f"{m} {n}" for m, n in per_model.items())
+        return f"{len(self.not_run)} of {self.expected_checks} checks of the requested profiles ({models})"
 
     @property
     def models(self) -> list[str]:

@@ -13,7 +13,7 @@ import html
 import json
 from typing import Any
 
-from harness.signoff.model import SIGNED_OFF, STATUSES, SignoffReport
+from harness.signoff.model import INCOMPLETE, SIGNED_OFF, STATUSES, SignoffReport
 from harness.signoff.plots import ScenarioPlot
 from harness.signoff.quality import render_html as render_quality
 
@@ -29,6 +29,7 @@ code, .mono { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; font-
 #verdict { display: flex; align-items: center; gap: 18px; margin: 12px 0; padding: 10px 16px;
   border-radius: 6px; color: #fff; }
 #verdict.signed-off { background: var(--pass); } #verdict.blocked { background: var(--fail); }
+#verdict.incomplete { background: var(--error); }
 #verdict .word { font-size: 24px; font-weight: 700; letter-spacing: .04em; }
 .chip { display: inline-block; padding: 1px 8px; border-radius: 10px; background: rgba(255,255,255,.2);
   margin-right: 6px; font-weight: 600; }
@@ -87,6 +88,7 @@ def render_page(doc: SignoffReport, plots: list[ScenarioPlot]) -> str:
         _verdict(doc),
         _matrix(doc),
         _blocking(doc),
+        _not_run(doc),
         _diff(doc),
         _waivers(doc),
         _problems(doc),
@@ -104,10 +106,12 @@ def render_page(doc: SignoffReport, plots: list[ScenarioPlot]) -> str:
 
 def _verdict(doc: SignoffReport) -> str:
     s = doc.signoff
-    cls = "signed-off" if s.verdict == SIGNED_OFF else "blocked"
+    cls = {SIGNED_OFF: "signed-off", INCOMPLETE: "incomplete"}.get(s.verdict, "blocked")
     chips = "".join(f'<span class="chip">{e(k)} {n}</span>' for k, n in s.counts.items())
     models = ", ".join(s.requested_models) or "none"
     blocking = f" · {len(s.blockers)} blocking (listed below the matrix)" if s.blockers else ""
+    if s.not_run:
+        blocking += f" · not run: {e(s.not_run_line())} (listed below the matrix)"
     if s.not_run_here:
         blocking += f" · not run on this backend: {e(', '.join(s.not_run_here))}"
     return (
@@ -127,6 +131,19 @@ def _blocking(doc: SignoffReport) -> str:
     more = f"<li>… and {len(blockers) - 50} more (report.json lists all)</li>" if len(blockers) > 50 else ""
     return (
         f'<section id="blocking" class="blocking"><h2>Blocking ({len(blockers)})</h2><ul>{items}{more}</ul></section>'
+    )
+
+
+def _not_run(doc: SignoffReport) -> str:
+    s = doc.signoff
+    if not s.not_run:
+        return ""
+    items = "".join(f"<li><code>{e(cid)}</code></li>" for cid in s.not_run)
+    return (
+        f'<section id="not-run"><h2>Not run ({len(s.not_run)} of {s.expected_checks} checks '
+        "of the requested profiles)</h2><p>Deselected (pytest <code>-k</code> / <code>-m</code>) or absent from "
+        f"the report: this is no sign-off of the profiles until every check below has run.</p><ul>{items}</ul>"
+        "</section>"
     )
 
 

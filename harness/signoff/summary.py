@@ -34,6 +34,8 @@ def render_summary(doc: SignoffReport) -> str:
         f"- models: {', '.join(s.requested_models) or 'none'}; {len(s.checks)} checks: {counts}",
         f"- artifacts: {_artifacts(doc)}",
     ]
+    if s.not_run:
+        lines.append(f"- **not run: {s.not_run_line()}** (listed below)")
     if s.not_run_here:
         lines.append(f"- not run on this backend (no scenario of it runs here): {', '.join(s.not_run_here)}")
     scoped = p.context.get("scoped_out") or []
@@ -43,6 +45,16 @@ def render_summary(doc: SignoffReport) -> str:
     if s.blockers:
         lines += [f"## Blocking ({len(s.blockers)})", ""]
         lines += [f"- **{b.kind} `{b.subject}`**: {_cell(b.reason)}" for b in s.blockers]
+        lines.append("")
+    if s.not_run:
+        lines += [
+            f"## Not run ({len(s.not_run)} of {s.expected_checks} checks of the requested profiles)",
+            "",
+            "Deselected (pytest `-k` / `-m`) or absent from the report: this is no sign-off of the "
+            "profiles until every check below has run.",
+            "",
+        ]
+        lines += [f"- `{cid}`" for cid in s.not_run]
         lines.append("")
     checks = s.check_names()
     timing = {(t.model, t.scenario): t for t in s.timings()}

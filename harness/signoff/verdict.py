@@ -9,7 +9,10 @@ The rules, in one place:
 - a parity run that exited abnormally (pytest's 2..5), or with 1 while every check passed,
   blocks: something outside the checks went wrong. A sign-off runs one parity process per
   profile (the report's `runs`), and each run's code is judged with that profile's checks;
-- no results at all block. Anything else is SIGNED OFF.
+- no results at all block;
+- unblocked, the sign-off is INCOMPLETE when a check that the requested profiles collect on
+  this backend has no result (deselected with `-- -k` / `-m`, or absent from a report signed
+  off later): a partial run is never a sign-off of the profiles. Anything else is SIGNED OFF.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import datetime as dt
 from harness.signoff.diff import diff_reports
 from harness.signoff.model import (
     BLOCKED,
+    INCOMPLETE,
     SIGNED_OFF,
     Blocker,
     CheckStatus,
@@ -40,7 +44,9 @@ def evaluate(
     parity_exit_code: int | None = None,
     machine: dict[str, str] | None = None,
     previous: tuple[str, ParityReport] | None = None,
+    expected: list[str] | None = None,
 ) -> Signoff:
+    """`expected`: every check id the requested profiles collect on this backend (None: unknown)."""
     active = [w for w in waivers if not w.expired(today)]
     checks: list[CheckStatus] = []
     for r in report.results:
@@ -81,8 +87,11 @@ def evaluate(
     not_run_here = sorted(set(report.context.get("not_run_here") or []) & set(requested_models or []))
     judged = [m for m in requested_models or [] if m not in not_run_here]
     blockers = _blockers(checks, uses, judged, parity_exit_code, runs)
+    ran = {c.id for c in checks}
+    expected = list(dict.fromkeys(expected or []))
+    not_run = [cid for cid in expected if cid not in ran]
     return Signoff(
-        verdict=BLOCKED if blockers else SIGNED_OFF,
+        verdict=BLOCKED if blockers else INCOMPLETE if not_run else SIGNED_OFF,
         generated=generated,
         harness_version=report.harness_version,
         device_key=report.device_key,
@@ -94,6 +103,8 @@ def evaluate(
         waivers=uses,
         diff=diff_reports(report, previous[1], previous[0]) if previous else None,
         not_run_here=not_run_here,
+        expected_checks=len(expected),
+        not_run=not_run,
     )
 
 

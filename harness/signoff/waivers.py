@@ -3,7 +3,8 @@
 `waivers.yaml` (repo root) is a list of entries, validated strictly at the edge so a typo
 cannot silently waive nothing (or everything):
 
-    - check: minicpm5-2b/*/decode_logits   # model/scenario/check, fnmatch globs per part
+    - check: minicpm5-2b/*/decode_logits   # model/scenario/check: the model named literally,
+                                            # fnmatch globs in the scenario and check parts
       reason: "mlx 0.32.4 GEMV tail differs on M3; upstream issue 1234"
       owner: alice
       expires: 2027-01-31                   # valid through this day (UTC); after it, it blocks
@@ -28,6 +29,8 @@ from harness.errors import HarnessError
 
 WAIVER_KEYS = ("check", "reason", "owner", "expires")
 _PART = re.compile(r"[A-Za-z0-9_.*?\[\]!-]+")
+_GLOB = "*?[]!"  # fnmatch's special characters (`!` negates a [...] set)
+_BRACKETS = re.compile(r"\[!?\]?[^\]]*\]")  # a [...] set: matches any of its characters, names none
 
 
 class WaiverError(HarnessError):
@@ -36,7 +39,7 @@ class WaiverError(HarnessError):
 
 @dataclass(frozen=True)
 class Waiver:
-    check: str  # "model/scenario/check", each part an fnmatch pattern
+    check: str  # "model/scenario/check": a literal model, scenario and check fnmatch patterns
     reason: str
     owner: str
     expires: dt.date
@@ -60,7 +63,18 @@ def load_waivers(path: Path) -> list[Waiver]:
     if not path.exists():
         return []
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise WaiverError(
+            f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}): "
+            "expected a UTF-8 YAML file, a list of waivers"
+        ) from None
+    except OSError as e:
+        raise WaiverError(
+            f"{path}: cannot read the waivers file: {e.strerror or e}; expected a readable UTF-8 YAML file"
+        ) from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise WaiverError(f"{path}: not valid YAML: {e}") from e
     return parse_waivers(data, str(path))
@@ -98,14 +112,21 @@ def _parse_entry(entry: Any, where: str) -> Waiver:
     parts = check.split("/")
     if len(parts) != 3 or not all(_PART.fullmatch(p) for p in parts):
         raise WaiverError(
-            f"{where}.check: expected 'model/scenario/check' (globs allowed in each part), got {entry['check']!r}"
+            f"{where}.check: expected 'model/scenario/check' (the model named literally, globs allowed in the "
+            f"scenario and check parts), got {entry['check']!r}"
         )
-    for name, part in (("model", parts[0]), ("check", parts[2])):
-        if not any(c.isalnum() for c in part):  # `*`, `?*`: a waiver of everything is no waiver
-            raise WaiverError(
-                f"{where}.check: the {name} part must name a {name} (a glob may narrow it, like 'whisper-*'), "
-                f"got {part!r} in {entry['check']!r}"
-            )
+    model, _, name = parts
+    if any(c in _GLOB for c in model):  # `*`, `[a-z]*`, `s*`: a waiver of every model is no waiver
+        raise WaiverError(
+            f"{where}.check: the model part must name a model literally, with no glob characters "
+            f"({' '.join(_GLOB)}): one entry per model, like 'smollm2-135m/*/decode_logits'; "
+            f"got {model!r} in {entry['check']!r}"
+        )
+    if not any(c.isalnum() for c in _BRACKETS.sub("", name)):  # `*`, `?*`, `[a-z]*`: every check
+        raise WaiverError(
+            f"{where}.check: the check part must name a check: letters of its name outside any [...] "
+            f"(a glob may narrow it, like '*_logits'), got {name!r} in {entry['check']!r}"
+        )
     return Waiver(check, entry["reason"].strip(), entry["owner"].strip(), _parse_date(entry["expires"], where))
 
 
