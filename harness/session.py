@@ -251,14 +251,9 @@ class ParitySession(GoldenLifecycle):
     def run_check(self, profile: Profile, scenario: Scenario, check: str) -> CheckResult:
         rebuilds = self._artifact_rebuilds.get(profile.name, 0)
         result = self._judge(profile, scenario, check)
-        if not result.passed:
-            # A failure is blamed on the implementation only once the artifact's files are
-            # known intact: read in full (bit rot keeps size and mtime). A corrupt made-here
-            # artifact is rebuilt (what ran on it dropped) and the check judged again on it.
-            self.verify_artifact(profile, f"after {profile.name}/{scenario.id}/{check} failed")
-            if self._artifact_rebuilds.get(profile.name, 0) != rebuilds:
-                result = self._judge(profile, scenario, check)
-                result.summary += "; judged again after the artifact was found corrupt and made again"
+        if self._artifact_rebuilds.get(profile.name, 0) != rebuilds:  # what it judged ran on corrupt files
+            result = self._judge(profile, scenario, check)
+            result.summary += "; judged again after the artifact was found corrupt and made again"
         if not result.passed:
             note = self.recorded_elsewhere(profile, scenario)
             if note is not None:
@@ -266,14 +261,27 @@ class ParitySession(GoldenLifecycle):
                 result.details["golden_recorded_on"] = self.golden(profile, scenario).manifest.get("recorded_on")
         return result
 
+    def _failed_on_intact_files(self, profile: Profile, scenario: Scenario, check: str) -> bool:
+        """A failure is blamed on the implementation only once the artifact's files are known
+        intact: read in full (bit rot keeps size and mtime). False when a corrupt made-here
+        artifact was just made again (what ran on it dropped): the check is judged again."""
+        rebuilds = self._artifact_rebuilds.get(profile.name, 0)
+        self.verify_artifact(profile, f"after {profile.name}/{scenario.id}/{check} failed")
+        return self._artifact_rebuilds.get(profile.name, 0) == rebuilds
+
     def _judge(self, profile: Profile, scenario: Scenario, check: str) -> CheckResult:
         spec = registry.get(check)
         if spec.run == "session":
-            return self._session_check(profile, scenario, check)
+            result = self._session_check(profile, scenario, check)
+            if not result.passed:
+                self._failed_on_intact_files(profile, scenario, check)
+            return result
         golden = self.golden(profile, scenario).record
         actual = self.intree(profile, scenario, spec.run)
         with clock.phase("judging"):
             result = registry.judge(check, golden, actual, lambda: self.full_golden(profile, scenario))
+        if not result.passed and not self._failed_on_intact_files(profile, scenario, check):
+            return result  # judged again by run_check; nothing to localize on corrupt files
         # Rows of unequal count whose shared rows are all identical differ where a run stopped:
         # no module computed different bits, so there is nothing to localize.
         localizable = result.first_bad_step is not None and not result.details.get("shared_rows_identical")
