@@ -9,40 +9,45 @@ PY := $(VENV)/bin/python
 MODEL ?= smollm2-135m
 # pytest-xdist workers for `make test` (2 cores here).
 WORKERS ?= auto
+# $(call q,TEXT): TEXT as one single-quoted shell word. A user-supplied variable (MODEL, the
+# model lists, WORKERS, PYTHON) is data, never shell code: `make parity MODEL='a b; touch X'`
+# asks for the model "a b; touch X" (unknown: exit 2) and runs nothing else. ARGS alone is
+# split into words, on purpose (several harness options).
+q = '$(subst ','\'',$(1))'
 
 .PHONY: parity goldens test nightly signoff lint bench list venv clean-cache mutants vad calibrate quality
 
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt
-	@$(or $(PYTHON),python3) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
-	  echo "mlx-parity needs Python >= 3.11, found: $$($(or $(PYTHON),python3) --version 2>&1 | head -n 1 || echo none) ($(or $(PYTHON),python3)); install python3.11 or newer (Debian/Ubuntu: apt-get install python3.11 python3.11-venv; macOS: brew install python@3.12), or run make PYTHON=/path/to/python3.11" >&2; exit 1; }
-	$(PYTHON) -m venv $(VENV)
+	@$(call q,$(or $(PYTHON),python3)) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+	  echo "mlx-parity needs Python >= 3.11, found: $$($(call q,$(or $(PYTHON),python3)) --version 2>&1 | head -n 1 || echo none) ("$(call q,$(or $(PYTHON),python3))"); install python3.11 or newer (Debian/Ubuntu: apt-get install python3.11 python3.11-venv; macOS: brew install python@3.12), or run make PYTHON=/path/to/python3.11" >&2; exit 1; }
+	$(call q,$(PYTHON)) -m venv $(VENV)
 	$(VENV)/bin/pip install --no-input -q -r requirements.txt
 	touch $@
 
 ## make parity [MODEL=name]: gate one model against its oracle (default: the embedded model)
 parity: venv
-	$(PY) -m harness parity --model $(MODEL) $(ARGS)
+	$(PY) -m harness parity --model $(call q,$(MODEL)) $(ARGS)
 
 ## make goldens MODEL=name: regenerate a model's goldens explicitly (stale ones included)
 goldens: venv
-	$(PY) -m harness goldens --model $(MODEL)
+	$(PY) -m harness goldens --model $(call q,$(MODEL))
 
 ## make test: the harness's own tests, including the real end-to-end parity of smollm2-135m
 test: venv
-	$(PY) -m pytest tests -n $(WORKERS) --dist loadgroup -p no:cacheprovider $(ARGS)
+	$(PY) -m pytest tests -n $(call q,$(WORKERS)) --dist loadgroup -p no:cacheprovider $(ARGS)
 
 ## make nightly: every profile, full-size twins included (minicpm5-2b: ~1.5 GB twin, scoped on CPU; whisper-large-v3-turbo: ~3 GB fp32 twin)
 NIGHTLY_MODELS ?= smollm2-135m minicpm5-2b-mini minicpm5-2b-mini-bf16 minicpm5-2b whisper-tiny-en whisper-base whisper-large-v3-turbo-mini whisper-large-v3-turbo silero-vad
 nightly: venv
-	$(PY) -m harness parity $(foreach m,$(NIGHTLY_MODELS),--model $(m)) $(ARGS)
+	$(PY) -m harness parity $(foreach m,$(NIGHTLY_MODELS),--model $(call q,$(m))) $(ARGS)
 
 ## make signoff [SIGNOFF_MODELS="a b"]: every profile (default) gated and judged with waivers.yaml into
-## reports/signoff-<version>-<device>/ (index.html, summary.md, report.json, junit.xml); exit 1 when BLOCKED
+## reports/signoff-<version>-<device>/ (index.html, summary.md, report.json, junit.xml); exit 1 when BLOCKED, 3 when INCOMPLETE (a selection left checks unrun)
 SIGNOFF_MODELS ?=
 signoff: venv
-	$(PY) -m harness signoff $(foreach m,$(SIGNOFF_MODELS),--model $(m)) $(ARGS)
+	$(PY) -m harness signoff $(foreach m,$(SIGNOFF_MODELS),--model $(call q,$(m))) $(ARGS)
 
 lint: venv
 	$(PY) -m ruff check harness models tests oracles conftest.py
@@ -51,11 +56,11 @@ lint: venv
 
 ## make quality MODEL=name: quantization quality of the profile's pairs against their controls (docs/quality.md): table, reports/quality-<model>-<device>/; not part of the parity verdict
 quality: venv
-	$(PY) -m harness quality --model $(MODEL) $(ARGS)
+	$(PY) -m harness quality --model $(call q,$(MODEL)) $(ARGS)
 
 ## make bench: harness overhead and in-tree vs mlx-lm decode speed (docs/benchmarks.md)
 bench: venv
-	$(PY) -m harness bench --model $(MODEL)
+	$(PY) -m harness bench --model $(call q,$(MODEL))
 
 list: venv
 	$(PY) -m harness list
@@ -73,4 +78,4 @@ vad: venv
 
 ## make calibrate MODEL=whisper-tiny-en: the oracle against itself under benign changes -> the L2 token budget (ARGS=--write records it)
 calibrate: venv
-	$(PY) -m harness calibrate --model $(MODEL) $(ARGS)
+	$(PY) -m harness calibrate --model $(call q,$(MODEL)) $(ARGS)

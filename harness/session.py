@@ -153,12 +153,9 @@ class ParitySession(GoldenLifecycle):
         return self._runners[profile.name]
 
     def intree(self, profile: Profile, scenario: Scenario, mode: str) -> ScenarioRecord:
-        """The in-tree record of a scenario, checked for determinism before any comparison.
-
-        A run that raised is remembered: every later check of the scenario is an error that
-        names the first failure, rather than running it again (an empty WAV's nine checks
-        made nine runs and nine tracebacks; a one-off crash failed one check and passed the
-        retries)."""
+        """The in-tree record of a scenario, checked for determinism before any comparison. A
+        run that raised is remembered: later checks of the scenario are errors naming it, never
+        a rerun (an empty WAV's nine checks made nine runs; a one-off crash passed the retries)."""
         failed = self._intree_errors.get((profile.name, scenario.id, mode == "compiled"))
         if failed is not None:
             raise InTreeRunError(

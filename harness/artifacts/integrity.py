@@ -7,22 +7,19 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from harness.artifacts.files import _hash_with_index, _listed_files, check_files
 from harness.errors import ArtifactError
 from harness.profile import ArtifactSpec, Profile
 
-if TYPE_CHECKING:
-    from harness.artifacts.resolve import ResolvedArtifact
 
-
-def made_here(artifact: ResolvedArtifact) -> bool:
+def made_here(artifact: Any) -> bool:  # a ResolvedArtifact (harness/artifacts/resolve.py)
     """A twin or a conversion (rebuilt from its pins when corrupt); else a real hub snapshot."""
     return artifact.identity.get("source") != "hub" or "twin" in artifact.identity
 
 
-def verify_in_full(profile: Profile, artifact: ResolvedArtifact) -> list[str]:
+def verify_in_full(profile: Profile, artifact: Any) -> list[str]:
     """Every file of a resolved artifact read again and hashed against its integrity record
     (a made-here directory's own record, a hub snapshot's blob addresses); [] when intact.
 

@@ -13,8 +13,9 @@ from typing import Any, Literal
 from harness.checks import registry
 from harness.errors import ProfileError
 from harness.paths import REPO_ROOT
+from harness.profile.bounds import _check_budget, _check_counts, _check_message
 from harness.profile.draft import draft_spec
-from harness.profile.quality import QualitySpec
+from harness.profile.quality import KV_GROUP_SIZES, QualitySpec
 from harness.profile.response import ResponseSpec
 
 # Any check of the registry; which apply to a profile is checked against its implementation.
@@ -27,6 +28,8 @@ ORACLES_BY_IMPLEMENTATION = {
     "universal-llama": ("mlx-lm", "mlx-optiq"),
     "whisper": ("mlx-whisper", "openai-whisper"),
 }
+# At most this many decode steps per run (per turn, per row): the profiles use up to 32; a
+# typo like 1000000000 would otherwise run (and write goldens) for days.
 # The oracle that judges composed (L2) paths: mlx-lm with optiq's runtime patches.
 COMPOSED_ORACLE = "mlx-optiq"
 OracleName = Literal["mlx-lm", "mlx-optiq", "mlx-whisper", "openai-whisper"]
@@ -208,6 +211,18 @@ class Scenario:
                 raise ProfileError(f"{where}: a composition is judged at L2 by {COMPOSED_ORACLE}, nothing else")
         elif self.oracle == COMPOSED_ORACLE:
             raise ProfileError(f"{where}.oracle: {COMPOSED_ORACLE} judges composed paths only: add 'composition'")
+        _check_counts(self.steps, self.prefill_step_size, where)
+        if self.seed is not None and not 0 <= self.seed < 2**64:
+            raise ProfileError(f"{where}.seed: expected an integer in [0, 2**64 - 1], got {self.seed}")
+        for i, token in enumerate(self.forced_prefix or []):
+            if token < 0:
+                raise ProfileError(f"{where}.forced_prefix[{i}]: expected a token id >= 0, got {token}")
+        if self.kv_group_size is not None and self.kv_group_size not in KV_GROUP_SIZES:
+            raise ProfileError(
+                f"{where}.kv_group_size: expected one of {list(KV_GROUP_SIZES)}, got {self.kv_group_size}"
+            )
+        if self.quantized_kv_start is not None and self.quantized_kv_start < 0:
+            raise ProfileError(f"{where}.quantized_kv_start: expected >= 0, got {self.quantized_kv_start}")
         if self.kv_bits is not None and self.kv_bits not in (2, 3, 4, 5, 6, 8):
             raise ProfileError(f"{where}.kv_bits: expected one of 2, 3, 4, 5, 6, 8, got {self.kv_bits}")
         if (self.kv_group_size is not None or self.quantized_kv_start is not None) and self.kv_bits is None:
@@ -216,39 +231,15 @@ class Scenario:
             raise ProfileError(f"{where}.max_kv_size: expected >= 5 (4 tokens are kept), got {self.max_kv_size}")
 
 
-def _check_budget(composition: dict[str, Any], where: str) -> None:
-    """An L2 budget states its size; the number and its origin come from the scenario's
-    calibration record (harness/goldens/calibration.py), which the gate requires to agree."""
-    budget = composition.get("budget")
-    if not isinstance(budget, dict):
-        raise ProfileError(f"{where}.budget: expected {{max_differing_tokens: N}}")
-    n = budget.get("max_differing_tokens")
-    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-        raise ProfileError(f"{where}.budget.max_differing_tokens: expected an integer >= 0, got {n!r}")
-    if "origin" in budget:
-        raise ProfileError(
-            f"{where}.budget.origin: the origin of a budget lives in its calibration record "
-            "(goldens/<profile>/<key>/calibration/<scenario>.json, written by `make calibrate ARGS=--write`)"
-        )
-    unknown = set(budget) - {"max_differing_tokens"}
-    if unknown:
-        raise ProfileError(f"{where}.budget: unknown keys {sorted(unknown)}")
-    unknown = set(composition) - {"kind", "budget"}
-    if unknown:
-        raise ProfileError(f"{where}: unknown keys {sorted(unknown)}")
-
-
-def _check_message(message: dict[str, Any], where: str) -> None:
-    if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-        raise ProfileError(f"{where}.role: expected a string")
-
-
 @dataclass(frozen=True)
 class Defaults:
     steps: int = 32
     prefill_step_size: int = 2048
     checks: list[CheckName] = field(default_factory=registry.defaults)
     options: dict[str, Any] = field(default_factory=dict)  # speech: transcribe options under each scenario's
+
+    def validate(self, where: str) -> None:
+        _check_counts(self.steps, self.prefill_step_size, where)
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,13 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, Union
 
-import yaml
-
 from harness.checks import registry
 from harness.errors import ProfileError, UnknownModelError
 from harness.paths import REPO_ROOT, profiles_dir
 from harness.profile import INTREE_COMPOSITIONS, ORACLES_BY_IMPLEMENTATION, Profile
+from harness.profile.bounds import MAX_STEPS
 from harness.profile.draft import check_draft_scenario
+from harness.profile.inputs import check_wav, read_yaml
 from harness.profile.quality import check_quality
 from harness.profile.response import check_response_scenario
 from harness.runners.venvs import MLX_FREE_ORACLES
@@ -39,9 +39,35 @@ def _type_name(tp: Any) -> str:
     return {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}.get(tp, str(tp))
 
 
+def _key_error(key: Any, where: str) -> ProfileError:
+    return ProfileError(
+        f"{where or '(top level)'}: key {key!r} is not a string ({type(key).__name__}): keys must be strings "
+        f"(quote it in the YAML: '{key}')"
+    )
+
+
+def _check_keys(value: Any, where: str, path: tuple[int, ...] = ()) -> None:
+    """Every mapping key anywhere under `value` is a string (YAML reads `1:` or `yes:` as an int or a
+    bool; sorting, hashing and the JSON a scenario spec becomes all need strings)."""
+    if not isinstance(value, dict | list):
+        return
+    if id(value) in path:
+        raise ProfileError(f"{where}: a YAML alias refers to itself (a recursive value); expected plain data")
+    path = (*path, id(value))
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise _key_error(key, where)
+            _check_keys(item, f"{where}.{key}", path)
+    else:
+        for i, item in enumerate(value):
+            _check_keys(item, f"{where}[{i}]", path)
+
+
 def _convert(value: Any, tp: Any, where: str) -> Any:
     origin = typing.get_origin(tp)
     if tp is Any:
+        _check_keys(value, where)
         return value
     if origin in (Union, types.UnionType):
         args = typing.get_args(tp)
@@ -68,8 +94,11 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
         (item_tp,) = typing.get_args(tp)
         return [_convert(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
-        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        if not isinstance(value, dict):
             raise ProfileError(f"{where}: expected a mapping with string keys, got {value!r}")
+        for k in value:
+            if not isinstance(k, str):
+                raise _key_error(k, where)
         _, val_tp = typing.get_args(tp)
         return {k: _convert(v, val_tp, f"{where}.{k}") for k, v in value.items()}
     if dataclasses.is_dataclass(tp):
@@ -92,6 +121,9 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
 def _build(cls: type, data: Any, where: str) -> Any:
     if not isinstance(data, dict):
         raise ProfileError(f"{where}: expected a mapping ({cls.__name__}), got {data!r}")
+    for k in data:
+        if not isinstance(k, str):
+            raise _key_error(k, where)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "source_file"}
     unknown = sorted(set(data) - set(fields))
@@ -113,10 +145,7 @@ def _build(cls: type, data: Any, where: str) -> Any:
 
 def load_profile(path: Path) -> Profile:
     """Read and validate one profile file; any problem is a ProfileError naming the file."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise ProfileError(f"{path}: cannot read profile YAML: {e}") from None
+    data = read_yaml(path)
     try:
         profile = _build(Profile, data, "")
         _check_profile(profile)
@@ -145,8 +174,8 @@ def _check_profile(profile: Profile) -> None:
         if s.id in seen:
             raise ProfileError(f"{where}.id: duplicate scenario id {s.id!r}")
         seen.add(s.id)
-        if profile.steps(s) < 1:
-            raise ProfileError(f"{where}.steps: expected >= 1")
+        if not 1 <= profile.steps(s) <= MAX_STEPS:
+            raise ProfileError(f"{where}.steps: expected an integer in [1, {MAX_STEPS}], got {profile.steps(s)}")
         if speech != (s.kind == "transcribe"):
             raise ProfileError(
                 f"{where}: a {profile.implementation} profile takes "
@@ -172,6 +201,13 @@ def _check_profile(profile: Profile) -> None:
                 "the run would be the eager loop judged twice; drop the check or the option"
             )
         check_draft_scenario(profile, s, where)
+        if s.composition is not None and not speech:
+            from models.universal.composed import CompositionError, parse_composition
+
+            try:
+                parse_composition(s.composition)
+            except CompositionError as e:
+                raise ProfileError(f"{where}.composition: {e}") from None
         if "draft_stats" in profile.checks(s) and (s.composition or {}).get("kind") != "ngram_draft":
             raise ProfileError(f"{where}.checks: draft_stats needs a composition of kind 'ngram_draft'")
         if s.composition is not None and speech and not profile.intree_composition(s):
@@ -194,6 +230,9 @@ def _check_profile(profile: Profile) -> None:
         check_response_scenario(s, profile.checks(s), profile.oracle_of(s), where)
         if s.writer_options and "writers" not in profile.checks(s):
             raise ProfileError(f"{where}.writer_options: only meaningful with the writers check")
+        _check_writer_options(s.writer_options, f"{where}.writer_options")
+        if speech:
+            _check_transcribe_options(s.options, f"{where}.options")
         if s.stream_chunks is not None and "streamed_transcript" not in profile.checks(s):
             raise ProfileError(f"{where}.stream_chunks: only meaningful with the streamed_transcript check")
         if s.stream_chunks is not None and (not s.stream_chunks or any(c * 16000 < 1 for c in s.stream_chunks)):
@@ -213,12 +252,47 @@ def _check_profile(profile: Profile) -> None:
                     f"{where}.audio: {s.audio!r} resolves to {audio}, outside the repository {REPO_ROOT}: "
                     "fixtures live in the repository (its hash goes into the scenario's)"
                 )
+            check_wav(audio, f"{where}.audio", s.audio)
     for i, defect in enumerate(profile.oracle_defects):
         missing = {"oracle", "path", "symptom", "seen"} - set(defect)
         if missing:
             raise ProfileError(f"oracle_defects[{i}]: missing {sorted(missing)} (oracle, path, symptom, seen)")
+    if speech:
+        _check_transcribe_options(profile.defaults.options, "defaults.options")
     profile.artifact.validate("artifact")
     check_quality(profile)
+
+
+# Transcribe options that count something (mlx-whisper's DecodingOptions): at least one.
+COUNT_OPTIONS = ("beam_size", "best_of", "sample_len")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_transcribe_options(options: dict[str, Any], where: str) -> None:
+    for key in COUNT_OPTIONS:
+        value = options.get(key)
+        if value is not None and (not _is_int(value) or value < 1):
+            raise ProfileError(f"{where}.{key}: expected an integer >= 1, got {value!r}")
+    patience = options.get("patience")
+    if patience is not None and (isinstance(patience, bool) or not isinstance(patience, int | float) or patience <= 0):
+        raise ProfileError(f"{where}.patience: expected a number > 0, got {patience!r}")
+
+
+def _check_writer_options(options: dict[str, Any], where: str) -> None:
+    from harness.checks.writers import WORD_OPTIONS
+
+    unknown = sorted(set(options) - WORD_OPTIONS)
+    if unknown:
+        raise ProfileError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(WORD_OPTIONS)}")
+    for key, value in options.items():
+        if key == "highlight_words":
+            if not isinstance(value, bool):
+                raise ProfileError(f"{where}.{key}: expected a boolean, got {value!r}")
+        elif value is not None and (not _is_int(value) or value < 1):
+            raise ProfileError(f"{where}.{key}: expected an integer >= 1, got {value!r}")
 
 
 def available_profiles(directory: Path | None = None) -> dict[str, Path]:

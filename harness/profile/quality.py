@@ -63,6 +63,8 @@ class KVSetting:
             raise ProfileError(f"{where}.group_size: expected one of {list(KV_GROUP_SIZES)}, got {self.group_size}")
         if self.quantized_kv_start < 0:
             raise ProfileError(f"{where}.quantized_kv_start: expected >= 0, got {self.quantized_kv_start}")
+        if self.keep < 0:
+            raise ProfileError(f"{where}.keep: expected >= 0 (positions never evicted), got {self.keep}")
         if self.max_kv_size is not None and self.max_kv_size <= self.keep:
             raise ProfileError(f"{where}.max_kv_size: expected more than keep={self.keep}, got {self.max_kv_size}")
         if self.kv_config is not None:
@@ -314,6 +316,9 @@ def check_quality(profile: Any) -> None:
     for i, path in enumerate(q.fixtures or []):
         if not (REPO_ROOT / path).is_file():
             raise ProfileError(f"quality.fixtures[{i}]: {path!r} is not a file in the repository")
+        from harness.profile.inputs import check_wav
+
+        check_wav(REPO_ROOT / path, f"quality.fixtures[{i}]", path)
     for i, pair in enumerate(q.pairs):
         where = f"quality.pairs[{i}]"
         for side_name in ("control", "candidate"):

@@ -8,8 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from harness.errors import (
     ProfileError,
 )
@@ -60,9 +58,11 @@ def load_vad_profile(path: Path | None = None) -> VadProfile:
     path = Path(path or profiles_dir() / "vad" / "silero-vad.yaml")
     if not path.is_file():
         raise ProfileError(f"VAD profile not found: {path}")
-    data = yaml.safe_load(path.read_text())
+    from harness.profile.inputs import check_wav, read_yaml
+
+    data = read_yaml(path)
     if not isinstance(data, dict) or set(data) != PROFILE_KEYS:
-        got = sorted(data) if isinstance(data, dict) else type(data).__name__
+        got = sorted(data, key=repr) if isinstance(data, dict) else type(data).__name__
         raise ProfileError(f"{path}: expected exactly the keys {sorted(PROFILE_KEYS)}, got {got}")
     if not isinstance(data["artifact"], dict) or set(data["artifact"]) != ARTIFACT_KEYS:
         raise ProfileError(f"{path}: artifact: expected exactly the keys {sorted(ARTIFACT_KEYS)}")
@@ -82,9 +82,10 @@ def load_vad_profile(path: Path | None = None) -> VadProfile:
             raise ProfileError(f"{path}: timestamp_options.{name}: {e}") from None
     if not isinstance(data["fixtures"], list) or not data["fixtures"]:
         raise ProfileError(f"{path}: fixtures: expected a non-empty list of WAV files, got {data['fixtures']!r}")
-    for fixture in data["fixtures"]:
-        if not (FIXTURES_DIR / fixture).is_file():
-            raise ProfileError(f"{path}: fixtures: {FIXTURES_DIR / fixture} does not exist")
+    for i, fixture in enumerate(data["fixtures"]):
+        if not isinstance(fixture, str) or not (FIXTURES_DIR / fixture).is_file():
+            raise ProfileError(f"{path}: fixtures: {FIXTURES_DIR / str(fixture)} does not exist")
+        check_wav(FIXTURES_DIR / fixture, f"{path}: fixtures[{i}]", fixture)
     return VadProfile(
         name=data["name"],
         artifact=artifact,

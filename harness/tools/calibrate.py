@@ -29,6 +29,7 @@ import dataclasses
 import datetime as dt
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -126,6 +127,17 @@ def summarize(result: dict[str, Any], out_dir: Path, variants: list[str]) -> dic
     ]
     budget = max((row["differing_tokens"] for clips in table.values() for row in clips.values()), default=0)
     return {"table": table, "budget": budget, "unexplained": unexplained}
+
+
+def require_ffmpeg(which: Any = None) -> None:
+    """The oracle's calibration transcribes through mlx-whisper's load_audio, which runs the ffmpeg
+    command (`make parity` reads the WAVs in process and needs none): refuse before any work."""
+    if (which or shutil.which)("ffmpeg") is None:
+        raise HarnessError(
+            "make calibrate needs the ffmpeg command, which is not on PATH: the oracle (mlx-whisper's "
+            "load_audio) decodes every clip with it. Install it (Debian/Ubuntu: apt-get install ffmpeg; "
+            "macOS: brew install ffmpeg) and run again"
+        )
 
 
 def run_oracle(profile: Profile, model_dir: Path, clips: list[tuple[str, str]], variants: list[str], out: Path):
@@ -270,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
                 seen.add(s.audio)
         if wanted is not None and len(clips) != len(wanted):
             raise HarnessError(f"--clips: unknown or duplicate-audio scenario ids in {sorted(wanted)}")
+        require_ffmpeg()
         variants = [v for v in args.variants.split(",") if v]
         # The fast path first (seconds): a scenario without a golden or a broken run stops here,
         # before the oracle's variants (minutes) run.
