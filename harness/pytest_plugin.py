@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from harness.checks.vad import VadRun
+from harness.coverage import SCENARIO as COVERAGE_SCENARIO
+from harness.coverage import Coverage, judge_coverage
 from harness.errors import HarnessError
 from harness.goldens.lifecycle import harness_commit
 from harness.paths import profiles_dir
@@ -218,6 +220,7 @@ class _Collector:
         self.rows: dict[str, ItemResult] = {}  # by node id, in arrival order
         self.expected: dict[str, None] = {}  # the collected parity items' node ids, in order
         self.report_line = ""
+        self.coverage: list[Coverage] = []
         # Phase seconds and counts the xdist workers shipped with their items, and the item seconds.
         self.worker_seconds: dict[str, float] = {}
         self.worker_calls: dict[str, int] = {}
@@ -300,11 +303,16 @@ class _Collector:
                     "no result recorded: the item did not run to the end "
                     "(interrupted, stopped early, or its worker crashed)",
                 )
+        # Each check's declared paths against what the scenarios walked (harness/coverage.py).
+        models = sorted({r.model for r in self.results} | set(_requested(config)))
+        self.coverage = judge_coverage(_loadable(models), self.results, device_facts().backend)
+        for c in self.coverage:
+            if c.row is not None:
+                self.rows[f"{c.model}::{COVERAGE_SCENARIO}::{c.check}"] = c.row
         if verdict(self.results) != "PASS" and session.exitstatus == pytest.ExitCode.OK and self.rows:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if config.getoption("no_parity_report") or not (self.rows or config.getoption("model")):
             return
-        models = sorted({r.model for r in self.results} | set(_requested(config)))
         context = {
             "device": device_facts().as_dict(),
             "models": models,
@@ -335,6 +343,8 @@ class _Collector:
             terminalreporter.write_line("")
             with clock.phase("report"):
                 print_table(self.results)
+        for c in self.coverage:  # which scenarios walked each declared path
+            terminalreporter.write_line(c.line)
         models = sorted({r.model for r in self.results} | set(_requested(config)))
         backend = device_facts().backend
         skipped = scoped_out(models)

@@ -251,6 +251,9 @@ class ParitySession(GoldenLifecycle):
         if self._artifact_rebuilds.get(profile.name, 0) != rebuilds:  # what it judged ran on corrupt files
             result = self._judge(profile, scenario, check)
             result.summary += "; judged again after the artifact was found corrupt and made again"
+        exercise = registry.get(check).exercises
+        if exercise is not None:  # the paths this scenario walked, judged over the profile (harness/coverage.py)
+            result.details["walked"] = sorted(exercise.walked(self.golden(profile, scenario).record))
         if not result.passed:
             note = self.recorded_elsewhere(profile, scenario)
             if note is not None:

@@ -4,7 +4,8 @@
 object from "scenario/check" (or "check") to an action, replaces ParitySession.run_check:
 "pass", "fail", "nan" (a failing result whose details hold NaN), an exception class name
 raised from the check ("ValueError", "StopIteration", "KeyboardInterrupt"), and
-"teardown:<name>" (the check passes, then the profile's release raises it). Unlisted checks pass.
+"teardown:<name>" (the check passes, then the profile's release raises it), "walked:<a>|<b>" (the
+check passes having walked those declared paths; "walked:" none). Unlisted checks pass.
 No model is loaded: these tests are about what the harness says of a check's outcome.
 """
 
@@ -31,6 +32,9 @@ def pytest_configure(config) -> None:
             what = "pass"
         if what == "pass":
             return CheckResult(check, True, f"{check}: scripted pass", steps_compared=1)
+        if what.startswith("walked:"):
+            walked = [p for p in what.split(":", 1)[1].split("|") if p]
+            return CheckResult(check, True, f"{check}: scripted pass", steps_compared=1, details={"walked": walked})
         if what == "fail":
             return CheckResult(check, False, f"{check}: scripted failure", first_bad_step=0, steps_compared=1)
         if what == "nan":

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from harness.artifacts.integrity import verify_hub_snapshot
 
 import harness.session as session_module
 from harness.artifacts.files import file_hashes
+from harness.artifacts.integrity import verify_hub_snapshot
 from harness.artifacts.resolve import ResolvedArtifact, _convert_once
 from harness.errors import ArtifactError
 from harness.profile import ArtifactSpec

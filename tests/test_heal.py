@@ -10,9 +10,9 @@ import os
 from pathlib import Path
 
 import pytest
-from harness.artifacts.integrity import verify_hub_snapshot
 
 from harness.artifacts.files import FILES_RECORD, check_files
+from harness.artifacts.integrity import verify_hub_snapshot
 from harness.artifacts.resolve import _convert_once
 from harness.errors import ArtifactError, GoldenError
 from harness.profile import ArtifactSpec

@@ -214,3 +214,24 @@ def test_a_corrupt_manifest_of_an_unselected_scenario_does_not_stop_the_report(
     assert str(path) in provenance["goldens"][scenario.id]["error"]
     path.write_text("[1, 2]")
     assert "expected a JSON object, got list" in model_provenance("smollm2-135m")["goldens"][scenario.id]["error"]
+
+
+def test_a_check_whose_paths_no_scenario_walked_is_an_error_nothing_exercised(isolated: Path) -> None:
+    """Issue 31 part 1: `eos_stop` declares "stops on an EOS id"; when every scenario naming it
+    ran and none stopped, the check proved nothing: an ERROR row for the profile, exit 1."""
+    write_profile(isolated)
+    out, data = _parity(isolated, {"plain/eos_stop": "walked:", "chat/eos_stop": "walked:"})
+    assert out.returncode == 1, out.stdout[-2000:]
+    outcome, summary = _rows(data)["(profile)/eos_stop"]
+    assert outcome == "error" and summary.startswith(
+        "nothing exercised: no scenario of tiny walked 'stops on an EOS id'"
+    )
+    assert "exercise tiny eos_stop: stops on an EOS id: not walked (NOTHING EXERCISED)" in out.stdout
+    # One scenario that stops is enough: the coverage line names it, the run passes.
+    out, data = _parity(isolated, {"plain/eos_stop": "walked:", "chat/eos_stop": "walked:stops on an EOS id"})
+    assert out.returncode == 0 and "(profile)/eos_stop" not in _rows(data), out.stdout[-2000:]
+    assert "exercise tiny eos_stop: stops on an EOS id: chat" in out.stdout
+    # A selection that leaves a scenario out cannot judge it: said, neither an error nor a pass.
+    out, data = _parity(isolated, {"plain/eos_stop": "walked:"}, "-k", "plain")
+    assert out.returncode == 0 and "(profile)/eos_stop" not in _rows(data), out.stdout[-2000:]
+    assert "stops on an EOS id: not walked (not judged: 1 scenario(s) not run or without a result (chat))" in out.stdout

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.checks.compare import ULP_BUCKETS, CheckResult, compare_array, compare_json, compare_steps
+from harness.checks.exercise import EOS_STOP, SPECULATIVE, Exercise
 from harness.checks.response import check_response
 from harness.checks.speculative import judge_speculative
 from harness.checks.text import compare_stream_text
@@ -52,6 +53,9 @@ class Check:
     # failure is judged again on the full vectors, which say where (step, row) it differs.
     rejudge_failures: bool = False
     failing_tests: tuple[str, ...] = ()  # tests (beside make mutants) that make it fail on a perturbation
+    # The paths it must see walked by some scenario of a profile, or it proved nothing there
+    # (harness/checks/exercise.py; judged over the profile by harness/coverage.py).
+    exercises: Exercise | None = None
 
 
 def _steps(name: str, rows: Callable[[ScenarioRecord], Sequence[int]]) -> Judge:
@@ -106,7 +110,8 @@ _TABLE = (
           lambda g, a: compare_tokens("greedy_tokens", g, a), digest_tokens=True),
     Check("eos_stop", "where generation stops", "free", (LLAMA,), "bits", True,
           lambda g, a: compare_eos("eos_stop", g, a), digest_tokens=True,
-          failing_tests=("tests/test_gate_fails.py::test_a_run_that_does_not_stop_at_eos_fails_eos_stop",)),
+          failing_tests=("tests/test_gate_fails.py::test_a_run_that_does_not_stop_at_eos_fails_eos_stop",),
+          exercises=EOS_STOP),
     Check("detokenize", "streamed text pieces, one per token, and the full decode (fed the golden's ids)",
           "teacher_forced", (LLAMA,), "tokens", True, compare_stream_text,
           failing_tests=("tests/test_detokenize.py::test_detokenize_fails_on_an_in_tree_stream_that_drops_a_byte",)),
@@ -114,7 +119,8 @@ _TABLE = (
           judge=_json("draft_stats", "drafted/accepted counts", lambda r: r.extra.get("step_info"))),
     Check("speculative", "draft-model speculative decoding: every verify row, accepted counts, tokens, draft cache",
           "free", (LLAMA,), "bits", judge=judge_speculative, rejudge_failures=True,
-          failing_tests=("tests/test_speculative.py::test_an_acceptance_rule_off_by_one_fails_the_speculative_gate",)),
+          failing_tests=("tests/test_speculative.py::test_an_acceptance_rule_off_by_one_fails_the_speculative_gate",),
+          exercises=SPECULATIVE),
     Check("compiled_decode", "the compiled single-token decode loop, every row and token", "compiled", (LLAMA,),
           "bits", judge=_compiled_decode, rows=_every_step,
           failing_tests=("tests/test_compiled_decode.py::"
@@ -186,6 +192,11 @@ def defaults() -> list[str]:
 def judged_on(judges: str) -> list[str]:
     """The checks judged on "bits", "tokens" or "tolerance"."""
     return [c.name for c in _TABLE if c.judges == judges]
+
+
+def with_exercises() -> list[str]:
+    """The checks that declare paths a profile's scenarios must walk."""
+    return [c.name for c in _TABLE if c.exercises is not None]
 
 
 def judge(name: str, golden: ScenarioRecord, actual: ScenarioRecord, full: Callable[[], ScenarioRecord]) -> CheckResult:

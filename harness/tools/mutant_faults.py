@@ -306,3 +306,29 @@ def dequantize_then_fused_sdpa() -> contextlib.AbstractContextManager[None]:
         return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask)
 
     return _setattr(llama, "quantized_scaled_dot_product_attention", attend)
+
+
+def draft_rewind_ignores_accepted() -> contextlib.AbstractContextManager[None]:
+    """Draft-model speculative decoding (models/universal/speculative.py): after a verify step
+    that accepts some but not all drafts, the draft cache is rewound as if every draft had been
+    rejected (by drafted - 1, not drafted - accepted - 1). Right when all or none are accepted,
+    so only a scenario with a partial acceptance sees it (issue 31: spec-requant-*)."""
+    import models.universal.speculative as speculative
+
+    count, trim = speculative.accepted_count, speculative.trim
+    step: dict[str, int] = {}
+
+    def counted(target_tokens: list[int], draft_tokens: list[int]) -> int:
+        step.update(accepted=count(target_tokens, draft_tokens), drafted=len(draft_tokens))
+        return step["accepted"]
+
+    def rewound(layer: Any, n: int) -> Any:
+        accepted, drafted = step.get("accepted", 0), step.get("drafted", 0)
+        if 0 < accepted < drafted and n == drafted - accepted - 1:  # the draft cache's rewind
+            n = drafted - 1
+        return trim(layer, n)
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(_setattr(speculative, "accepted_count", counted))
+    stack.enter_context(_setattr(speculative, "trim", rewound))
+    return stack

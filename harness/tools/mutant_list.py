@@ -237,4 +237,12 @@ MUTANTS = [
         patch=fault.dequantize_then_fused_sdpa,
         on=LLM_KV_TWINS,
     ),
+    Mutant(
+        "draft-rewind",
+        "the draft cache rewound as if every draft were rejected after a partial acceptance",
+        "minicpm5-2b-mini",
+        "spec-requant-k3",
+        patch=fault.draft_rewind_ignores_accepted,
+        on={"smollm2-135m": "spec-requant-k2"},
+    ),
 ]
