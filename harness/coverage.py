@@ -32,7 +32,7 @@ def judge_coverage(profiles: list[Profile], results: list[ItemResult], backend: 
     for profile in profiles:
         for check in registry.with_exercises():
             naming = [s for s in profile.scenarios if check in profile.checks(s)]
-            if naming:
+            if naming and registry.get(check).exercises.declared(profile):
                 out.append(_judge(profile, check, naming, results, backend))
     return out
 

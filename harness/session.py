@@ -17,6 +17,7 @@ from harness.checks.compare import (
     CheckResult,
     diff_vectors,
 )
+from harness.checks.exercise import walked_paths
 from harness.checks.localize import (
     Localization,
     can_localize,
@@ -252,8 +253,9 @@ class ParitySession(GoldenLifecycle):
             result = self._judge(profile, scenario, check)
             result.summary += "; judged again after the artifact was found corrupt and made again"
         exercise = registry.get(check).exercises
-        if exercise is not None:  # the paths this scenario walked, judged over the profile (harness/coverage.py)
-            result.details["walked"] = sorted(exercise.walked(self.golden(profile, scenario).record))
+        if exercise is not None:  # judged over the profile by harness/coverage.py
+            golden = self.golden(profile, scenario).record
+            result.details["walked"] = walked_paths(profile, scenario, check, exercise, golden, result.summary)
         if not result.passed:
             note = self.recorded_elsewhere(profile, scenario)
             if note is not None:

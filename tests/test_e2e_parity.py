@@ -45,6 +45,7 @@ REQUIRED_SCENARIOS = {
         "kv8-converts-mid-decode",
         "kv4-from-prefill",
         "rotating-kv",
+        "rotating-kv-chunked",  # issue 31: a prefill chunk written into a full ring
         "cache-reuse",
         "batch-two-rows",
         "spec-twin-k2",  # draft-model speculative decoding: every draft rejected

@@ -23,8 +23,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(MINI)]
 def _walked(model: str, scenario_id: str, check: str) -> list[str]:
     session = ParitySession(selected_scenarios={model: {scenario_id}})
     profile = session.profile(model)
-    golden = session.golden(profile, profile.scenario(scenario_id)).record
-    return sorted(registry.get(check).exercises.walked(golden))
+    scenario = profile.scenario(scenario_id)
+    golden = session.golden(profile, scenario).record
+    return sorted(registry.get(check).exercises.walked(golden, profile.scenario_spec(scenario)))
 
 
 @pytest.mark.parametrize(
@@ -50,6 +51,32 @@ def test_speculative_partial_acceptance_is_read_from_the_oracles_steps(model, sc
 )
 def test_eos_stop_paths_name_the_id_the_oracle_stopped_on(scenario_id: str, walked: list[str]) -> None:
     assert _walked(MINI, scenario_id, "eos_stop") == walked
+
+
+@pytest.mark.parametrize(
+    ("scenario_id", "walked"),
+    [("rotating-kv-chunked", ["multi-token write into a full ring"]), ("rotating-kv", []), ("think-off", [])],
+)
+def test_a_full_ring_write_is_read_from_the_prompt_and_its_chunks(scenario_id: str, walked: list[str]) -> None:
+    assert _walked(MINI, scenario_id, "decode_logits") == walked
+
+
+@pytest.mark.parametrize(
+    ("prompt", "window", "step", "walked"),
+    [
+        (32, 24, 8, True),  # chunks 8, 8, 8, 7: the fourth arrives when 24 are held
+        (32, 24, 2048, False),  # one chunk of 31: the first write, no trim
+        (25, 24, 8, False),  # chunks 8, 8, 8: full only after the last
+        (27, 24, 8, True),  # chunks 8, 8, 8, 2: two tokens arrive when 24 are held
+        (26, 24, 8, False),  # chunks 8, 8, 8, 1: only one token arrives when full
+        (32, 24, 1, False),  # one token at a time: never several at once
+    ],
+)
+def test_full_ring_write_chunk_arithmetic(prompt: int, window: int, step: int, walked: bool) -> None:
+    from harness.checks.exercise import DECODE_LOGITS
+
+    spec = {"max_kv_size": window, "prefill_step_size": step}
+    assert bool(DECODE_LOGITS.walked(_record([0] * 3, prompt_ids=list(range(prompt))), spec)) is walked
 
 
 def test_coverage_is_judged_over_the_profile_not_one_scenario() -> None:
@@ -83,3 +110,75 @@ def test_a_draft_rewind_that_ignores_a_partial_acceptance_is_caught_only_where_o
     assert judged["killed"] and judged["outcomes"]["speculative"] == "failed", judged["summaries"]
     blind = judge(dataclasses.replace(mutant, scenario="spec-twin-k2"))  # every draft rejected: no effect
     assert not blind["killed"] and blind["equivalent"], blind["summaries"]
+
+
+def test_a_full_ring_trim_off_by_one_is_caught_only_where_a_chunk_meets_a_full_ring() -> None:
+    """The audit's other missed cache fault: rotating-kv prefills in one chunk and never takes
+    the path; rotating-kv-chunked, built for it, fails it."""
+    from harness.tools.mutant_list import MUTANTS
+    from harness.tools.mutants import judge
+
+    mutant = next(m for m in MUTANTS if m.name == "rotating-trim")
+    judged = judge(mutant)
+    assert judged["killed"] and judged["outcomes"]["decode_logits"] in ("failed", "error"), judged["summaries"]
+    blind = judge(dataclasses.replace(mutant, scenario="rotating-kv"))
+    assert not blind["killed"] and blind["equivalent"], blind["summaries"]
+
+
+def _record(tokens: list[int], prompt_ids: list[int] | None = None):
+    import numpy as np
+
+    from harness.records import ScenarioRecord
+
+    return ScenarioRecord("s", None, prompt_ids or [1], tokens, np.zeros((len(tokens), 4), np.float32), [3])
+
+
+class _PROFILE:  # a profile named "m" whose scenarios' specs hold nothing the paths read
+    name = "m"
+
+    @staticmethod
+    def scenario_spec(scenario) -> dict:
+        return {}
+
+
+def test_a_scenario_that_exists_for_a_path_and_does_not_walk_it_is_an_error() -> None:
+    from harness.checks.exercise import EOS_STOP, walked_paths
+    from harness.errors import NothingComparedError
+    from harness.profile import Scenario
+
+    scenario = Scenario(id="stops", prompt="x", exercises=["eos_stop: stops on an EOS id"])
+    walked = walked_paths(_PROFILE, scenario, "eos_stop", EOS_STOP, _record([1, 3]), "ok")
+    assert walked == ["stops on EOS 3", "stops on an EOS id"]
+    with pytest.raises(NothingComparedError, match=r"m/stops exists to walk eos_stop's \['stops on an EOS id'\]"):
+        walked_paths(
+            _PROFILE, scenario, "eos_stop", EOS_STOP, _record([1, 2]), "EOS ids [3] identical; both stop not within"
+        )
+    plain = Scenario(id="plain", prompt="x")  # a scenario that claims nothing: its walk is only counted
+    assert walked_paths(_PROFILE, plain, "eos_stop", EOS_STOP, _record([1, 2]), "ok") == []
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ("eos_stop: stops on EOS 7", r"eos_stop declares no path 'stops on EOS 7' here; its paths: \['stops on EOS 1'"),
+        (
+            "speculative: partial acceptance",
+            r"expected 'check: path' with a check of the scenario among \['decode_logits', 'eos_stop'\]",
+        ),
+        ("stops on EOS 1", r"expected 'check: path'"),
+    ],
+)
+def test_a_scenarios_exercises_name_a_declared_path_of_one_of_its_checks(tmp_path, entry: str, message: str) -> None:
+    import yaml
+
+    from harness.errors import ProfileError
+    from harness.paths import REPO_ROOT
+    from harness.profile.load import load_profile
+
+    data = yaml.safe_load((REPO_ROOT / "profiles" / f"{MINI}.yaml").read_text())
+    eos = next(s for s in data["scenarios"] if s["id"] == "eos-s-stops")
+    eos["exercises"] = [entry]
+    path = tmp_path / f"{MINI}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ProfileError, match=message):
+        load_profile(path)

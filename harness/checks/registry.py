@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.checks.compare import ULP_BUCKETS, CheckResult, compare_array, compare_json, compare_steps
-from harness.checks.exercise import EOS_STOP, SPECULATIVE, Exercise
+from harness.checks.exercise import DECODE_LOGITS, EOS_STOP, SPECULATIVE, Exercise
 from harness.checks.response import check_response
 from harness.checks.speculative import judge_speculative
 from harness.checks.text import compare_stream_text
@@ -102,7 +102,7 @@ _TABLE = (
     Check("prefill_logits", "the prompt's last-position logits", "free", (LLAMA, WHISPER), "bits", True,
           _steps("prefill_logits", _prefill), rows=_prefill, localized=True),
     Check("decode_logits", "every decode step's logits, free-running", "free", (LLAMA, WHISPER), "bits", True,
-          _steps("decode_logits", _decode), rows=_decode, localized=True),
+          _steps("decode_logits", _decode), rows=_decode, localized=True, exercises=DECODE_LOGITS),
     Check("teacher_forced_logits", "every step's logits, fed the golden's tokens", "teacher_forced",
           (LLAMA, WHISPER), "bits", True, _steps("teacher_forced_logits", _every_step), rows=_every_step,
           localized=True),

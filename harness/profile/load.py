@@ -188,6 +188,8 @@ def _check_profile(profile: Profile) -> None:
             raise ProfileError(
                 f"{where}.checks: {bad} do not apply to {profile.implementation}; allowed: {list(allowed_checks)}"
             )
+        for j, entry in enumerate(s.exercises):
+            _check_exercise(profile, s, entry, f"{where}.exercises[{j}]")
         if "compiled_decode" in profile.checks(s) and (s.kind not in ("plain", "chat") or s.turns or s.composition):
             raise ProfileError(f"{where}.checks: compiled_decode runs plain and chat scenarios only")
         if s.stop is not None and (s.kind not in ("plain", "chat") or s.turns or s.composition):
@@ -265,6 +267,17 @@ def _check_profile(profile: Profile) -> None:
 
 # Transcribe options that count something (mlx-whisper's DecodingOptions): at least one.
 COUNT_OPTIONS = ("beam_size", "best_of", "sample_len")
+
+
+def _check_exercise(profile: Profile, s: Any, entry: str, where: str) -> None:
+    """ "check: path": a check of the scenario that declares exercises, and one of its paths."""
+    check, _, path = (part.strip() for part in entry.partition(":"))
+    declaring = [c for c in profile.checks(s) if registry.get(c).exercises is not None]
+    if check not in declaring:
+        raise ProfileError(f"{where}: {entry!r}: expected 'check: path' with a check of the scenario among {declaring}")
+    paths = registry.get(check).exercises.declared(profile)
+    if path not in paths:
+        raise ProfileError(f"{where}: {entry!r}: {check} declares no path {path!r} here; its paths: {paths}")
 
 
 def _is_int(value: Any) -> bool:

@@ -245,4 +245,11 @@ MUTANTS = [
         patch=fault.draft_rewind_ignores_accepted,
         on={"smollm2-135m": "spec-requant-k2"},
     ),
+    Mutant(
+        "rotating-trim",
+        "a multi-token write into a full rotating cache drops one old position too few",
+        "minicpm5-2b-mini",
+        "rotating-kv-chunked",
+        patch=fault.rotating_trim_off_by_one,
+    ),
 ]

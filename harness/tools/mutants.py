@@ -99,7 +99,6 @@ def _run_checks(
     session: ParitySession, mutant: Mutant, checks: list[str] | None = None
 ) -> tuple[dict[str, str], dict[str, str]]:
     """(outcome, summary) per check of the mutant's scenario (or the named ones) in `session`."""
-    from harness.errors import HarnessError
 
     profile = session.profile(mutant.model)
     scenario = profile.scenario(mutant.scenario)
@@ -108,7 +107,7 @@ def _run_checks(
     for check in checks if checks is not None else profile.checks(scenario):
         try:
             result = session.run_check(profile, scenario, check)
-        except HarnessError as e:  # as make parity: an ERROR row, never a pass
+        except Exception as e:  # noqa: BLE001 - as make parity: a crash of any kind is an ERROR row, never a pass
             outcomes[check], summaries[check] = "error", f"{type(e).__name__}: {e}"
             continue
         outcomes[check] = "passed" if result.passed else "failed"
