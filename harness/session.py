@@ -255,7 +255,7 @@ class ParitySession(GoldenLifecycle):
         exercise = registry.get(check).exercises
         if exercise is not None:  # judged over the profile by harness/coverage.py
             golden = self.golden(profile, scenario).record
-            result.details["walked"] = walked_paths(profile, scenario, check, exercise, golden, result.summary)
+            result.details["walked"] = walked_paths(profile, scenario, check, exercise, golden, result)
         if not result.passed:
             note = self.recorded_elsewhere(profile, scenario)
             if note is not None:

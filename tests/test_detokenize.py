@@ -104,3 +104,22 @@ def test_detokenize_fails_on_an_in_tree_stream_that_drops_a_byte(monkeypatch: py
     assert "streamed piece differs at token" in result.summary and "(token id " in result.summary, result.summary
     details = result.details
     assert details["oracle"] != details["intree"] and details["token_id"] is not None
+
+
+def test_a_logits_difference_is_not_blamed_on_teacher_forcing() -> None:
+    """The audit's misleading message: the teacher-forced record's tokens are the model's picks,
+    so a logits bug made detokenize say 'teacher forcing broke'. It names the step instead."""
+    import numpy as np
+
+    from harness.checks.text import compare_stream_text
+    from harness.records import ScenarioRecord
+
+    def record(tokens: list[int]) -> ScenarioRecord:
+        text = [{"pieces": ["a"] * len(tokens), "decoded": "a" * len(tokens)}]
+        logits = np.zeros((len(tokens), 4), np.float32)
+        return ScenarioRecord("s", None, [1], tokens, logits, [3], extra={"stream_text": text})
+
+    result = compare_stream_text(record([1, 2, 0]), record([1, 0, 0]))
+    assert not result.passed and result.first_bad_step == 1
+    assert "picked other tokens than the oracle (step 1: oracle 2, in-tree 0): a logits difference" in result.summary
+    assert "teacher forcing broke" not in result.summary

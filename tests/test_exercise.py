@@ -25,7 +25,7 @@ def _walked(model: str, scenario_id: str, check: str) -> list[str]:
     profile = session.profile(model)
     scenario = profile.scenario(scenario_id)
     golden = session.golden(profile, scenario).record
-    return sorted(registry.get(check).exercises.walked(golden, profile.scenario_spec(scenario)))
+    return sorted(registry.get(check).exercises.walked(golden, profile.scenario_spec(scenario), {}))
 
 
 @pytest.mark.parametrize(
@@ -76,7 +76,7 @@ def test_full_ring_write_chunk_arithmetic(prompt: int, window: int, step: int, w
     from harness.checks.exercise import DECODE_LOGITS
 
     spec = {"max_kv_size": window, "prefill_step_size": step}
-    assert bool(DECODE_LOGITS.walked(_record([0] * 3, prompt_ids=list(range(prompt))), spec)) is walked
+    assert bool(DECODE_LOGITS.walked(_record([0] * 3, prompt_ids=list(range(prompt))), spec, {})) is walked
 
 
 def test_coverage_is_judged_over_the_profile_not_one_scenario() -> None:
@@ -133,6 +133,12 @@ def _record(tokens: list[int], prompt_ids: list[int] | None = None):
     return ScenarioRecord("s", None, prompt_ids or [1], tokens, np.zeros((len(tokens), 4), np.float32), [3])
 
 
+def _result(summary: str):
+    from harness.checks.compare import CheckResult
+
+    return CheckResult("eos_stop", True, summary)
+
+
 class _PROFILE:  # a profile named "m" whose scenarios' specs hold nothing the paths read
     name = "m"
 
@@ -147,14 +153,12 @@ def test_a_scenario_that_exists_for_a_path_and_does_not_walk_it_is_an_error() ->
     from harness.profile import Scenario
 
     scenario = Scenario(id="stops", prompt="x", exercises=["eos_stop: stops on an EOS id"])
-    walked = walked_paths(_PROFILE, scenario, "eos_stop", EOS_STOP, _record([1, 3]), "ok")
+    walked = walked_paths(_PROFILE, scenario, "eos_stop", EOS_STOP, _record([1, 3]), _result("ok"))
     assert walked == ["stops on EOS 3", "stops on an EOS id"]
     with pytest.raises(NothingComparedError, match=r"m/stops exists to walk eos_stop's \['stops on an EOS id'\]"):
-        walked_paths(
-            _PROFILE, scenario, "eos_stop", EOS_STOP, _record([1, 2]), "EOS ids [3] identical; both stop not within"
-        )
+        walked_paths(_PROFILE, scenario, "eos_stop", EOS_STOP, _record([1, 2]), _result("EOS ids [3] identical"))
     plain = Scenario(id="plain", prompt="x")  # a scenario that claims nothing: its walk is only counted
-    assert walked_paths(_PROFILE, plain, "eos_stop", EOS_STOP, _record([1, 2]), "ok") == []
+    assert walked_paths(_PROFILE, plain, "eos_stop", EOS_STOP, _record([1, 2]), _result("ok")) == []
 
 
 @pytest.mark.parametrize(

@@ -27,11 +27,12 @@ from harness.records import ScenarioRecord
 class Exercise:
     what: str  # one line: what walking a path means for this check
     declared: Callable[[Any], list[str]]  # Profile -> the paths some scenario of it must walk
-    # (the oracle's record of one scenario, the scenario's spec) -> the paths it walked
-    walked: Callable[[ScenarioRecord, dict[str, Any]], set[str]]
+    # (the oracle's record of one scenario, the scenario's spec, the check's result details:
+    # what the run under test did, for a path only it can walk) -> the paths it walked
+    walked: Callable[[ScenarioRecord, dict[str, Any], dict[str, Any]], set[str]]
 
 
-def _partial_acceptance(golden: ScenarioRecord, spec: dict[str, Any]) -> set[str]:
+def _partial_acceptance(golden: ScenarioRecord, spec: dict[str, Any], details: dict[str, Any]) -> set[str]:
     from harness.checks.speculative import verify_steps
 
     steps = verify_steps(golden)
@@ -53,7 +54,7 @@ def _declared_eos(profile: Any) -> list[str]:
     return [f"stops on EOS {i}" for i in sorted(ids if isinstance(ids, list) else [ids])]
 
 
-def _eos_walked(golden: ScenarioRecord, spec: dict[str, Any]) -> set[str]:
+def _eos_walked(golden: ScenarioRecord, spec: dict[str, Any], details: dict[str, Any]) -> set[str]:
     out = set()
     for seg, step in zip(golden.segments(), golden.segment_eos_steps(), strict=True):
         if step is not None:
@@ -76,7 +77,7 @@ def _rotating(profile: Any) -> list[str]:
     return [FULL_RING_WRITE] if any(s.max_kv_size is not None for s in profile.scenarios) else []
 
 
-def _full_ring_write(golden: ScenarioRecord, spec: dict[str, Any]) -> set[str]:
+def _full_ring_write(golden: ScenarioRecord, spec: dict[str, Any], details: dict[str, Any]) -> set[str]:
     """The prompt fed as generate_step feeds it (all but its last token, in chunks of
     `prefill_step_size`): does a chunk of several tokens arrive when the ring already holds
     `max_kv_size` positions (so the cache trims old positions and appends the chunk at once)?"""
@@ -100,19 +101,37 @@ DECODE_LOGITS = Exercise(
 )
 
 
+DECODED_BEFORE_FINISH = "decoded before finish"
+
+
+def _decoded_before_finish(golden: ScenarioRecord, spec: dict[str, Any], details: dict[str, Any]) -> set[str]:
+    """The in-tree stream decoded a window while samples were still being fed (feed(), not
+    finish()): what makes it a stream. Read from the check's own runs (chunk sizes in turn)."""
+    chunks = details.get("chunks") or [details]
+    early = any(int((c.get("stream") or {}).get("windows_before_finish") or 0) > 0 for c in chunks)
+    return {DECODED_BEFORE_FINISH} if early else set()
+
+
+STREAMED = Exercise(
+    "the streaming transcriber decodes at least one window from feed(), before finish() (a clip over 30 s)",
+    lambda profile: [DECODED_BEFORE_FINISH],
+    _decoded_before_finish,
+)
+
+
 def walked_paths(
-    profile: Any, scenario: Any, check: str, exercise: Exercise, golden: ScenarioRecord, verdict: str
+    profile: Any, scenario: Any, check: str, exercise: Exercise, golden: ScenarioRecord, result: Any
 ) -> list[str]:
     """The paths of `check` that the oracle's run of `scenario` walked. A path the scenario says
     it exists to walk (its `exercises`, "check: path") and did not is an error: the check
     proved nothing there, whatever it concluded."""
     model, spec = profile.name, profile.scenario_spec(scenario)
-    walked = sorted(exercise.walked(golden, spec))
+    walked = sorted(exercise.walked(golden, spec, result.details))
     wanted = {p.strip() for c, _, p in (e.partition(":") for e in scenario.exercises) if c.strip() == check}
     if wanted - set(walked):
         raise NothingComparedError(
             f"{model}/{scenario.id} exists to walk {check}'s {sorted(wanted - set(walked))} ({exercise.what}); "
             f"the oracle's run of it walked {walked or 'none of its paths'}: {check} proves nothing there "
-            f"(its verdict: {verdict})"
+            f"(its verdict: {result.summary})"
         )
     return walked

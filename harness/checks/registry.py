@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.checks.compare import ULP_BUCKETS, CheckResult, compare_array, compare_json, compare_steps
-from harness.checks.exercise import DECODE_LOGITS, EOS_STOP, SPECULATIVE, Exercise
+from harness.checks.exercise import DECODE_LOGITS, EOS_STOP, SPECULATIVE, STREAMED, Exercise
 from harness.checks.response import check_response
 from harness.checks.speculative import judge_speculative
 from harness.checks.text import compare_stream_text
@@ -152,7 +152,8 @@ _TABLE = (
           failing_tests=("tests/test_whisper_writers.py::test_a_line_width_off_by_one_fails_naming_a_subtitle_format",)),
     Check("streamed_transcript", "the streaming transcriber (1, 7, 30 s chunks) against the batch run, in-tree",
           "session", (WHISPER,), "bits",
-          failing_tests=("tests/test_whisper_stream.py::test_a_stream_that_drops_the_last_window_fails_the_gate",)),
+          failing_tests=("tests/test_whisper_stream.py::test_a_stream_that_drops_the_last_window_fails_the_gate",),
+          exercises=STREAMED),
     Check("token_budget", "L2 fast path: differing tokens within a calibrated budget, each a near-tie",
           "session", (WHISPER,), "tokens",
           failing_tests=("tests/test_whisper_fast.py::test_the_gate_fails_a_fast_path_whose_logits_are_scaled_by_1_01",

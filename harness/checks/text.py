@@ -40,8 +40,20 @@ def stream_stats(segments: list[dict[str, Any]]) -> dict[str, int]:
 def compare_stream_text(golden: ScenarioRecord, actual: ScenarioRecord) -> CheckResult:
     expected, got = _segments(golden, "golden"), _segments(actual, "in-tree")
     if actual.tokens != golden.tokens:
+        # The teacher-forced record's tokens are the model's picks (fed the golden's): a logits
+        # difference, not the detokenizer's; what it streams would be other tokens' pieces.
+        at = next((i for i, (g, a) in enumerate(zip(golden.tokens, actual.tokens, strict=False)) if g != a), None)
+        where = (
+            f"step {at}: oracle {golden.tokens[at]}, in-tree {actual.tokens[at]}"
+            if at is not None
+            else f"{len(golden.tokens)} tokens in the golden, {len(actual.tokens)} in-tree"
+        )
         return CheckResult(
-            "detokenize", False, "the in-tree run judged was not fed the golden's tokens (teacher forcing broke)"
+            "detokenize",
+            False,
+            f"the in-tree teacher-forced run picked other tokens than the oracle ({where}): a logits "
+            "difference (teacher_forced_logits says where), so the streamed pieces were not compared",
+            first_bad_step=at,
         )
     if len(expected) != len(got):
         return CheckResult("detokenize", False, f"{len(expected)} segments streamed by the oracle, {len(got)} in-tree")

@@ -356,3 +356,19 @@ def rotating_trim_off_by_one() -> contextlib.AbstractContextManager[None]:
         return self.keys, self.values
 
     return _setattr(RotatingKVCache, "_update_concat", update_concat)
+
+
+def stream_decodes_only_at_finish() -> contextlib.AbstractContextManager[None]:
+    """The streaming transcriber (models/whisper/stream.py) decodes nothing while samples are
+    fed, everything at finish(): the transcript is the batch run's, bit for bit, but nothing
+    was streamed. Only a clip longer than a window, fed in pieces, can show it (issue 31:
+    long-two-windows says it exists for `streamed_transcript: decoded before finish`)."""
+    from models.whisper.stream import StreamingTranscriber
+
+    advance = StreamingTranscriber._advance
+
+    def at_finish_only(self: Any, *, final: bool, **kwargs: Any) -> None:
+        if final:
+            advance(self, final=final, **kwargs)
+
+    return _setattr(StreamingTranscriber, "_advance", at_finish_only)

@@ -252,4 +252,11 @@ MUTANTS = [
         "rotating-kv-chunked",
         patch=fault.rotating_trim_off_by_one,
     ),
+    Mutant(
+        "stream-at-finish",
+        "the streaming transcriber decodes nothing while fed, every window at finish()",
+        "whisper-tiny-en",
+        "long-two-windows",
+        patch=fault.stream_decodes_only_at_finish,
+    ),
 ]
