@@ -167,7 +167,7 @@ def test_a_scenario_that_exists_for_a_path_and_does_not_walk_it_is_an_error() ->
         ("eos_stop: stops on EOS 7", r"eos_stop declares no path 'stops on EOS 7' here; its paths: \['stops on EOS 1'"),
         (
             "speculative: partial acceptance",
-            r"expected 'check: path' with a check of the scenario among \['decode_logits', 'eos_stop'\]",
+            r"expected 'check: path' with a check of the scenario among \['decode_logits', 'eos_stop', 'detokenize'\]",
         ),
         ("stops on EOS 1", r"expected 'check: path'"),
     ],

@@ -15,6 +15,7 @@ from typing import Any
 
 from harness.checks.compare import ULP_BUCKETS, CheckResult, compare_array, compare_json, compare_steps
 from harness.checks.exercise import DECODE_LOGITS, EOS_STOP, SPECULATIVE, STREAMED, Exercise
+from harness.checks.exercise_text import DETOKENIZE, RESPONSE
 from harness.checks.response import check_response
 from harness.checks.speculative import judge_speculative
 from harness.checks.text import compare_stream_text
@@ -117,7 +118,8 @@ _TABLE = (
           exercises=EOS_STOP),
     Check("detokenize", "streamed text pieces, one per token, and the full decode (fed the golden's ids)",
           "teacher_forced", (LLAMA,), "tokens", True, compare_stream_text,
-          failing_tests=("tests/test_detokenize.py::test_detokenize_fails_on_an_in_tree_stream_that_drops_a_byte",)),
+          failing_tests=("tests/test_detokenize.py::test_detokenize_fails_on_an_in_tree_stream_that_drops_a_byte",),
+          exercises=DETOKENIZE),
     Check("draft_stats", "drafted / accepted counts of every step (L2 drafting)", "free", (LLAMA,), "bits",
           judge=_json("draft_stats", "drafted/accepted counts", lambda r: r.extra.get("step_info"))),
     Check("speculative", "draft-model speculative decoding: every verify row, accepted counts, tokens, draft cache",
@@ -131,7 +133,8 @@ _TABLE = (
     Check("response", "mlx-lm server's reasoning / content / tool_calls split, streamed chunks and whole",
           "teacher_forced", (LLAMA,), "bits", judge=check_response,
           failing_tests=("tests/test_response.py::test_response_fails_on_a_parser_that_reads_a_number_as_a_string",
-                         "tests/test_response.py::test_response_fails_when_a_forced_text_encodes_differently")),
+                         "tests/test_response.py::test_response_fails_when_a_forced_text_encodes_differently"),
+          exercises=RESPONSE),
     Check("mel", "the log-mel spectrogram", "free", (WHISPER,), "bits",
           judge=lambda g, a: compare_array("mel", g, a, "mel"), array="mel"),
     Check("encoder_output", "the audio encoder's output", "free", (WHISPER,), "bits",

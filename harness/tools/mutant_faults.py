@@ -39,6 +39,8 @@ class Mutant:
     # The same fault judged on other models (`--model`): model -> its scenario for this mutant,
     # e.g. a float32 mutant's half-precision twins, where rounding may make it visible.
     on: dict[str, str] = field(default_factory=dict)
+    # Filled by a run (harness/tools/mutants.py): check -> the declared paths its scenario walked.
+    walked: dict[str, list[str]] = field(default_factory=dict, compare=False)
 
     def models(self) -> list[str]:
         return [self.model, *self.on]
@@ -49,7 +51,7 @@ class Mutant:
             return self
         if model not in self.on:
             raise KeyError(f"mutant {self.name} has no scenario on {model} (it has: {', '.join(self.models())})")
-        return replace(self, model=model, scenario=self.on[model], on={})
+        return replace(self, model=model, scenario=self.on[model], on={}, walked={})
 
 
 @contextlib.contextmanager

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from harness.tools import mutant_faults as fault
 from harness.tools.mutant_faults import Mutant
+from harness.tools.mutant_faults_text import TEXT_MUTANTS
 
 # The half-precision twins of the mini MiniCPM5 and of Whisper large-v3-turbo, per mutant.
 LLM_CHAT_TWINS = {
@@ -260,3 +261,4 @@ MUTANTS = [
         patch=fault.stream_decodes_only_at_finish,
     ),
 ]
+MUTANTS += TEXT_MUTANTS  # the detokenizer's flush and the response split (issue 31)

@@ -112,7 +112,29 @@ def _run_checks(
             continue
         outcomes[check] = "passed" if result.passed else "failed"
         summaries[check] = result.summary
+        if "walked" in result.details:  # the declared paths this scenario walked (the golden's, not the mutant's)
+            mutant.walked[check] = list(result.details["walked"])
     return outcomes, summaries
+
+
+def exercised_lines(chosen: list[Mutant], clean: ParitySession) -> list[str]:
+    """One line per path a check declares (harness/checks/exercise.py) on the mutants' models:
+    the mutants whose scenario walked it, so a kill is known to come from the path it names."""
+    from harness.checks import registry as checks
+
+    lines = []
+    for model in dict.fromkeys(m.model for m in chosen):
+        profile = clean.profile(model)
+        for check in checks.with_exercises():
+            if not any(check in profile.checks(s) for s in profile.scenarios):
+                continue
+            for path in checks.get(check).exercises.declared(profile):
+                who = [
+                    f"{m.name} ({m.scenario})" for m in chosen if m.model == model and path in m.walked.get(check, [])
+                ]
+                said = ", ".join(who) if who else "no mutant's scenario (judged by the profile's make parity only)"
+                lines.append(f"exercised {model} {check}: {path}: {said}")
+    return lines
 
 
 def matrix(judged: dict[str, dict[str, Any]]) -> tuple[list[str], list[str]]:
@@ -267,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         "\ncheck x mutant (K failed, E error, U fails unmutated too, . passed, blank: not a check of that scenario):\n"
     )
     print("\n".join(lines))
+    print("\n" + "\n".join(exercised_lines(chosen, clean)))
     unscored = [
         f"{label}: {', '.join(by_verdict[v])}"
         for v, label in (

@@ -17,6 +17,11 @@ then read), a model provider holding the loaded model. Forced sequences are made
 greedy choices by a proxy that keeps only the forced token's logit at the step it predicts
 (the model still runs, the cache still fills). Tool-call ids (uuid4) and the response's id,
 timestamp and fingerprint are dropped from what is recorded; everything else is kept.
+
+What the state machine did is recorded too (`moves`, from the streaming run): every piece of
+text on which `TextStateMachine.split` changed state, with the text it held from earlier pieces
+and the (state, text) segments it returned. The harness reads from it which transitions (and
+which marker boundaries) a scenario walked (harness/checks/exercise.py); nothing compares it.
 """
 
 import io
@@ -26,7 +31,7 @@ from types import SimpleNamespace
 
 import mlx.core as mx
 from mlx_lm import server
-from mlx_lm.generate import generation_stream
+from mlx_lm.generate import TextStateMachine, generation_stream
 from mlx_lm.models.cache import LRUPromptCache
 
 
@@ -130,6 +135,29 @@ class _Generator:
         return ctx, iter(responses)
 
 
+class _Moves:
+    """TextStateMachine.split, watched: each call that changed state, as {"from", "held",
+    "piece", "segments"} (the class attribute is put back on exit)."""
+
+    def __enter__(self):
+        self.moves, self._split = [], TextStateMachine.split
+        split = self._split
+
+        def watched(state, text):
+            new, segments = split(state, text)
+            if len(segments) > 1:
+                self.moves.append(
+                    {"from": state[0], "held": state[3], "piece": text, "segments": [list(s) for s in segments]}
+                )
+            return new, segments
+
+        TextStateMachine.split = staticmethod(watched)
+        return self
+
+    def __exit__(self, *exc):
+        TextStateMachine.split = staticmethod(self._split)
+
+
 def _handler(generator, stream):
     handler = server.APIHandler.__new__(server.APIHandler)
     fields = dict(
@@ -196,7 +224,10 @@ def serve(model, tokenizer, messages, template_kwargs, max_tokens, forced=None):
         handler = _handler(generator, stream)
         handler.max_tokens = max_tokens
         handler.chat_template_kwargs = kwargs
-        handler.handle_completion(request, [])
+        with _Moves() as moves:
+            handler.handle_completion(request, [])
+        if stream:
+            out["moves"] = moves.moves
         written = handler.wfile.getvalue().decode("utf-8")
         if written.startswith('{"error"'):
             raise RuntimeError(f"the server answered {written}")
