@@ -58,6 +58,7 @@ REQUIRED_SCENARIOS = {
         "long-two-windows",
         "silence",
         "fox-words",  # word timestamps + writers
+        "fox-pause-words",  # issue 31: a first word kept by the 4x pause rule; a 4.02 s cue (ms rounding)
         "fox-beam5",  # beam search vs openai-whisper
         "message-beam5-patience",
         "fox-fast",  # the fast path, L2

@@ -16,6 +16,7 @@ from typing import Any
 from harness.checks.compare import ULP_BUCKETS, CheckResult, compare_array, compare_json, compare_steps
 from harness.checks.exercise import DECODE_LOGITS, EOS_STOP, SPECULATIVE, STREAMED, Exercise
 from harness.checks.exercise_text import DETOKENIZE, RESPONSE
+from harness.checks.exercise_whisper import TRANSCRIPT, WRITERS
 from harness.checks.response import check_response
 from harness.checks.speculative import judge_speculative
 from harness.checks.text import compare_stream_text
@@ -140,7 +141,7 @@ _TABLE = (
     Check("encoder_output", "the audio encoder's output", "free", (WHISPER,), "bits",
           judge=lambda g, a: compare_array("encoder_output", g, a, "encoder"), array="encoder"),
     Check("transcript", "the transcript, log-probs included", "free", (WHISPER,), "bits",
-          judge=_json("transcript", "transcript", lambda r: r.extra.get("transcript"))),
+          judge=_json("transcript", "transcript", lambda r: r.extra.get("transcript")), exercises=TRANSCRIPT),
     Check("fallback_decisions", "decode calls and temperature-fallback decisions", "free", (WHISPER,), "bits",
           judge=_json("fallback_decisions", "decode calls and fallback decisions", fallback_decisions)),
     Check("decode_tokens", "every row's token and each decode call's chosen tokens", "free", (WHISPER,), "tokens",
@@ -152,7 +153,10 @@ _TABLE = (
                       lambda r: without_logprob_fields(r.extra.get("transcript"))),
           failing_tests=(*_TOKEN_LEVEL_TESTS, _BEAM_RANKING)),
     Check("writers", "txt, vtt, srt, tsv and json writers' bytes", "session", (WHISPER,), "tokens",
-          failing_tests=("tests/test_whisper_writers.py::test_a_line_width_off_by_one_fails_naming_a_subtitle_format",)),
+          failing_tests=("tests/test_whisper_writers.py::test_a_line_width_off_by_one_fails_naming_a_subtitle_format",
+                         "tests/test_exercise_words.py::"
+                         "test_truncated_milliseconds_fail_the_writers_gate_only_where_the_path_is_walked"),
+          exercises=WRITERS),
     Check("streamed_transcript", "the streaming transcriber (1, 7, 30 s chunks) against the batch run, in-tree",
           "session", (WHISPER,), "bits",
           failing_tests=("tests/test_whisper_stream.py::test_a_stream_that_drops_the_last_window_fails_the_gate",),

@@ -13,6 +13,7 @@ the formatting: timestamp rounding and markers, line packing, highlighting, JSON
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -142,6 +143,25 @@ def read_outputs(out: Path, audio_name: str) -> dict[str, bytes]:
     return outputs
 
 
+# A cue's timing line in vtt ("MM:SS.mmm", hours when non-zero) and srt ("HH:MM:SS,mmm").
+_TIME = r"(?:(\d+):)?(\d{2}):(\d{2})[.,](\d{3})"
+_CUE = re.compile(rf"^{_TIME} --> {_TIME}$", re.MULTILINE)
+
+
+def cue_milliseconds(outputs: Mapping[str, Mapping[str, bytes]]) -> list[int]:
+    """Every time the vtt and srt files of `outputs` (label -> format -> bytes) put on a cue's
+    timing line, in milliseconds, sorted and once each: what their writer formatted."""
+    found = set()
+    for files in outputs.values():
+        for output_format in ("vtt", "srt"):
+            text = files[output_format].decode("utf-8", errors="replace")
+            for match in _CUE.finditer(text):
+                groups = match.groups()
+                for h, m, s, ms in (groups[:4], groups[4:]):
+                    found.add(((int(h or 0) * 60 + int(m)) * 60 + int(s)) * 1000 + int(ms))
+    return sorted(found)
+
+
 def compare_outputs(
     expected: Mapping[str, Mapping[str, bytes]], actual: Mapping[str, Mapping[str, bytes]], labels: Sequence[str]
 ) -> CheckResult:
@@ -213,4 +233,8 @@ def check_writers(
         for index, label in enumerate(labels):
             expected[label] = read_outputs(oracle_out / str(index), audio_name)
             actual[label] = read_outputs(intree_out / str(index), audio_name)
-    return compare_outputs(expected, actual, labels)
+    result = compare_outputs(expected, actual, labels)
+    # What the oracle's writers formatted (harness/checks/exercise_whisper.py reads it: which
+    # times the comparison saw written).
+    result.details["oracle_cue_ms"] = cue_milliseconds(expected)
+    return result

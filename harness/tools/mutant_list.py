@@ -7,6 +7,7 @@ from __future__ import annotations
 from harness.tools import mutant_faults as fault
 from harness.tools.mutant_faults import Mutant
 from harness.tools.mutant_faults_text import TEXT_MUTANTS
+from harness.tools.mutant_faults_whisper import WHISPER_MUTANTS
 
 # The half-precision twins of the mini MiniCPM5 and of Whisper large-v3-turbo, per mutant.
 LLM_CHAT_TWINS = {
@@ -262,3 +263,4 @@ MUTANTS = [
     ),
 ]
 MUTANTS += TEXT_MUTANTS  # the detokenizer's flush and the response split (issue 31)
+MUTANTS += WHISPER_MUTANTS  # word timing's pause rule and the writers' millisecond rounding (issue 31)

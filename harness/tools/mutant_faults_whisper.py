@@ -1,0 +1,74 @@
+"""Whisper faults of `make mutants` that only a scenario built for their path can see (issue 31
+part 1, the audit's word-timing and writer faults): each patches the in-tree code at run time,
+as harness/tools/mutant_faults.py's do, and WHISPER_MUTANTS names the scenario that kills it
+(profiles/whisper-tiny-en.yaml, fox-pause-words; the paths: harness/checks/exercise_whisper.py)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from harness.tools.mutant_faults import Mutant, _setattr
+
+
+def word_pause_at_3x() -> contextlib.AbstractContextManager[None]:
+    """models/whisper/timing.py's pause rule (mlx-whisper's add_word_timestamps): a segment's
+    first word is cut to max_duration (twice the median word duration) when it is too long and
+    ends more than 3x, not 4x, the median after the last speech. The same function with that one
+    constant changed; only a too-long first word ending 3x to 4x the median after the last speech
+    sees it (fox-words' and long-words' first words do not: the audit's fault)."""
+    import models.whisper.timing as timing
+
+    def trim_after_pause_3x(
+        words: list[dict[str, Any]], last_speech_timestamp: float, median_duration: float, max_duration: float
+    ) -> None:
+        first = words[0]
+        after_pause = first["end"] - last_speech_timestamp > median_duration * 3  # the fault: 4 in-tree
+        too_long = first["end"] - first["start"] > max_duration or (
+            len(words) > 1 and words[1]["end"] - first["start"] > max_duration * 2
+        )
+        if after_pause and too_long:
+            if len(words) > 1 and words[1]["end"] - words[1]["start"] > max_duration:
+                boundary = max(words[1]["end"] / 2, words[1]["end"] - max_duration)
+                first["end"] = words[1]["start"] = boundary
+            first["start"] = max(0, first["end"] - max_duration)
+
+    return _setattr(timing, "_trim_after_pause", trim_after_pause_3x)
+
+
+def timestamp_ms_truncated() -> contextlib.AbstractContextManager[None]:
+    """models/whisper/writers.py's format_timestamp truncates to whole milliseconds
+    (int(seconds * 1000)) instead of rounding them (round(seconds * 1000), as mlx-whisper): the
+    same for all but 18 of the 3,000 two-decimal times below 30 s (4.02 s: 4019.9999999999995 ms,
+    00:04.019 instead of 00:04.020); none of fox-words' ten times is one of them."""
+    import models.whisper.writers as writers
+
+    def truncating(seconds: float, always_include_hours: bool = False, decimal_marker: str = ".") -> str:
+        if not seconds >= 0:
+            raise ValueError(f"timestamp: expected a non-negative number of seconds, got {seconds!r}")
+        total_ms = int(seconds * 1000.0)  # the fault: round() in-tree
+        hours, rest = divmod(total_ms, 3_600_000)
+        minutes, rest = divmod(rest, 60_000)
+        whole_seconds, milliseconds = divmod(rest, 1_000)
+        hours_marker = f"{hours:02d}:" if always_include_hours or hours > 0 else ""
+        return f"{hours_marker}{minutes:02d}:{whole_seconds:02d}{decimal_marker}{milliseconds:03d}"
+
+    return _setattr(writers, "format_timestamp", truncating)
+
+
+WHISPER_MUTANTS: list[Mutant] = [
+    Mutant(
+        "word-pause-x3",
+        "a segment's first word is cut after a pause over 3x the median word duration, not 4x",
+        "whisper-tiny-en",
+        "fox-pause-words",
+        patch=word_pause_at_3x,
+    ),
+    Mutant(
+        "timestamp-ms-truncated",
+        "subtitle timestamps truncated to whole milliseconds instead of rounded",
+        "whisper-tiny-en",
+        "fox-pause-words",
+        patch=timestamp_ms_truncated,
+    ),
+]
