@@ -240,8 +240,9 @@ def stream_for(model_dir: str | Path, tokenizer) -> TextStream:
 
 
 def stream_of(tokenizer) -> TextStream:
-    """The stream for a ChatTokenizer, its decoder read from the loaded tokenizer itself."""
-    return stream_of_decoder(json.loads(tokenizer.backend.to_str()).get("decoder"), tokenizer)
+    """The stream for a ChatTokenizer: the decoder of the tokenizer.json it was loaded from, as
+    `stream_for` and mlx-lm read it (not the backend's, which transformers may have rebuilt)."""
+    return stream_of_decoder(tokenizer.decoder, tokenizer)
 
 
 def stream_of_decoder(decoder: object, tokenizer) -> TextStream:

@@ -70,8 +70,12 @@ class ChatTokenizer:
         chat_templates: dict[str, str],
         eos_token_ids: frozenset[int],
         clean_up_tokenization_spaces: bool = False,
+        decoder: object = None,
     ):
         self.backend = backend
+        # tokenizer.json's own decoder, which picks mlx-lm's streaming detokenizer (transformers
+        # may rebuild the backend's, e.g. without its Strip step for add_prefix_space: false).
+        self.decoder = decoder
         self.special_tokens_map = special_tokens
         self.chat_templates = chat_templates
         self._eos_token_ids = eos_token_ids
@@ -125,6 +129,7 @@ class ChatTokenizer:
             templates,
             eos_ids,
             clean_up_tokenization_spaces=bool(settings.get("clean_up_tokenization_spaces", False)),
+            decoder=tokenizer_json.get("decoder"),
         )
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:

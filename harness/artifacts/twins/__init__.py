@@ -24,6 +24,7 @@ import numpy as np
 import tokenizers
 
 from harness.artifacts.family import detect_family
+from harness.artifacts.twins.llama_spm import LLAMA_SPM_TWINS
 from harness.artifacts.twins.minicpm5 import (
     MINICPM5_2B,
     MINICPM5_2B_BF16,
@@ -54,6 +55,7 @@ TWINS: dict[str, TwinSpec | WhisperTwinSpec] = {
         MINICPM5_2B_FLOAT_BF16,
         MINICPM5_2B_MINI_FLOAT,
         *WHISPER_TWINS,
+        *LLAMA_SPM_TWINS,
     )
 }
 
