@@ -78,6 +78,15 @@ def classify_flip(golden: ScenarioRecord, actual: ScenarioRecord, step: int) -> 
     """
     want = golden.tokens[step]
     got = actual.tokens[step] if step < len(actual.tokens) else None
+    members = _ranked_members(golden, step)
+    if members > 1:
+        return {
+            "near_tie": False,
+            "ranked": members,
+            "explanation": f"not classified: a row of a decode call with {members} members (beam search or best-of), "
+            "where whole sequences are ranked by their summed log-probabilities, so one row's logits do not "
+            "explain its token; the first differing row is where the member sequences part",
+        }
     if got is None or step >= actual.logits.shape[0] or actual.logits.shape[1:] != golden.logits.shape[1:]:
         return {"near_tie": False, "explanation": "not a near-tie: the in-tree logits at that step are missing"}
     g, a = golden.logits[step].astype(np.float64), actual.logits[step].astype(np.float64)
@@ -114,6 +123,17 @@ def classify_flip(golden: ScenarioRecord, actual: ScenarioRecord, step: int) -> 
         "margin_shift": shift,
         "explanation": explanation,
     }
+
+
+def _ranked_members(record: ScenarioRecord, row: int) -> int:
+    """How many members the speech decode call holding `row` ranks (1: a greedy row). Batch rows
+    of an LLM scenario are each their own greedy run: 1."""
+    if "decode_calls" not in record.extra:
+        return 1
+    for seg in record.segments():
+        if seg.row_offset <= row < seg.row_offset + seg.n_steps * seg.batch:
+            return seg.batch
+    return 1
 
 
 def _first_difference(a: Sequence, b: Sequence) -> int:
