@@ -175,3 +175,42 @@ def test_the_response_stream_reads_the_decoder_of_tokenizer_json_as_mlx_lm_does(
     tokenizer = ChatTokenizer.from_dir(copy)
     from_file, from_loaded = stream_for(copy, tokenizer), stream_of(tokenizer)
     assert stream_pieces(from_loaded, [992, 358]) == stream_pieces(from_file, [992, 358]) == ["In", " the"]
+
+
+SHAPES_SNIPPET = """
+import json, sys
+from mlx_lm import tokenizer_utils as t
+out = []
+for d in json.loads(sys.stdin.read()):
+    out.append("sentencepiece" if t._is_spm_decoder(d) else "sentencepiece-keep-space" if t._is_spm_decoder_no_space(d)
+               else "byte-level" if t._is_bpe_decoder(d) else "decode")
+print(json.dumps(out))
+"""
+
+
+def test_decoder_shapes_pick_the_stream_mlx_lm_picks_types_included() -> None:
+    """mlx-lm matches tokenizer.json's decoder by exact shape, types included (True is not 1, a
+    key more is another shape); the in-tree `stream_kind` must pick as it does, variant by variant."""
+    from harness.runners.venvs import ensure_oracle_env
+    from models.universal.detokenize import stream_kind
+
+    replace = {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}
+    strip = {"type": "Strip", "content": " ", "start": 1, "stop": 0}
+    steps = [replace, {"type": "ByteFallback"}, {"type": "Fuse"}]
+    variants = [
+        {"type": "Sequence", "decoders": [*steps, strip]},
+        {"type": "Sequence", "decoders": steps},
+        {"type": "Sequence", "decoders": [*steps, strip | {"start": True}]},  # a bool where mlx-lm wants an int
+        {"type": "Sequence", "decoders": [*steps, strip | {"start": 1.0}]},
+        {"type": "Sequence", "decoders": [*steps, strip], "extra": None},
+        {"type": "Sequence", "decoders": [replace | {"content": " "}, {"type": "ByteFallback"}]},
+        {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True},
+        None,
+    ]
+    cmd, env = ensure_oracle_env("mlx-lm").command("-c", SHAPES_SNIPPET)
+    out = subprocess.run(
+        cmd, input=json.dumps(variants), capture_output=True, text=True, env=env, check=False, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert [stream_kind(v) for v in variants] == json.loads(out.stdout.strip().splitlines()[-1])

@@ -200,13 +200,19 @@ class DecodeStream(TextStream):
         return self.released + self.line_text
 
 
+def _same(a: object, b: object) -> bool:
+    """Equal in shape and type, as mlx-lm compares decoders (True is not 1, 1.0 is not 1)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return len(a) == len(b) and all(k in b and _same(v, b[k]) for k, v in a.items())
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
 def _matches(decoder: object, steps: list[dict]) -> bool:
-    return (
-        isinstance(decoder, dict)
-        and set(decoder) == {"type", "decoders"}
-        and decoder["type"] == "Sequence"
-        and decoder["decoders"] == steps
-    )
+    return _same({"type": "Sequence", "decoders": steps}, decoder)
 
 
 _SPM_STEPS = [
