@@ -1,6 +1,8 @@
 """The universal Llama's generation options: quantized and rotating KV caches, forced prefixes,
 and the tokenizer's thinking detection. mlx-lm is not importable here: these tests pin the
-behaviours that the bit-exact comparison against mlx-lm (run elsewhere) rests on.
+behaviours that the bit-exact comparison against mlx-lm (run elsewhere) rests on. Where a test
+states what mlx-lm does (the rotating cache with kv_bits, the default quantized_kv_start), mlx-lm
+itself is run on this module's model in its oracle venv and compared.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from models.universal.cache import (
 )
 from models.universal.generate import DEFAULT_QUANTIZED_KV_START
 from models.universal.model import quantized_scaled_dot_product_attention
+from tests.oracle_call import oracle_answer
 
 VOCAB = 64
 CONFIG: dict[str, Any] = {
@@ -40,6 +43,11 @@ CONFIG: dict[str, Any] = {
 }
 PROMPT = [1, 5, 8, 9, 10, 11, 12, 13, 14, 15]
 EOS = 2
+# The tests that read the oracle's answer share one worker under `make test` (-n, loadgroup),
+# so the module-scoped fixture starts the oracle venv once.
+ORACLE_GROUP = pytest.mark.xdist_group("oracle-mlx-lm-rotating")
+# head_dim = hidden_size / num_attention_heads: the KV quantization groups must divide it.
+HEAD_DIM = CONFIG["hidden_size"] // CONFIG["num_attention_heads"]
 
 
 @pytest.fixture(scope="module")
@@ -163,13 +171,19 @@ def test_quantized_attention_matches_a_float_reference() -> None:
     assert mx.array_equal(out, explicit)
 
 
-def test_quantized_generation_changes_the_logits_only_after_the_conversion(model: UniversalLlama) -> None:
+@ORACLE_GROUP
+def test_quantized_generation_changes_the_logits_only_after_the_conversion(
+    model: UniversalLlama, mlx_lm_runs: dict[str, Any]
+) -> None:
     base = logit_bits(run(model))
     late = logit_bits(run(model, kv_bits=8, kv_group_size=32, quantized_kv_start=len(PROMPT) + 4))
     assert np.array_equal(base[:5], late[:5])  # steps 0-4 run on the float cache
     assert not np.array_equal(base[5:], late[5:])
-    never = logit_bits(run(model, kv_bits=4, kv_group_size=32))  # mlx-lm's default start: 5000
-    assert DEFAULT_QUANTIZED_KV_START == 5000 and np.array_equal(base, never)
+    # The default start is mlx-lm's, and more positions than the run's cache ever holds.
+    assert DEFAULT_QUANTIZED_KV_START == mlx_lm_runs["default_quantized_kv_start"]
+    never = logit_bits(run(model, kv_bits=4, kv_group_size=32))
+    assert DEFAULT_QUANTIZED_KV_START > len(PROMPT) + len(never)
+    assert np.array_equal(base, never)
 
 
 # --- rotating cache --------------------------------------------------------------------
@@ -304,7 +318,7 @@ def test_options_are_deterministic(model: UniversalLlama, options: dict[str, Any
         ({"kv_bits": "8"}, "kv_bits"),
         ({"kv_bits": 8, "kv_group_size": 48}, "kv_group_size"),
         ({"kv_group_size": 16}, "kv_group_size"),
-        ({"kv_bits": 8, "kv_group_size": 64}, "head dim 32"),  # 64 does not divide head_dim 32
+        ({"kv_bits": 8, "kv_group_size": 2 * HEAD_DIM}, f"head dim {HEAD_DIM}"),  # a group wider than a head
         ({"kv_bits": 8, "quantized_kv_start": -1}, "quantized_kv_start"),
         ({"kv_bits": 8, "quantized_kv_start": 1.5}, "quantized_kv_start"),
         ({"max_kv_size": 4}, "max_kv_size"),
@@ -321,13 +335,141 @@ def test_bad_option_values_are_named(model: UniversalLlama, options: dict[str, A
         run(model, 2, **options)
 
 
-def test_rotating_cache_with_kv_bits_fails_like_mlx_lm(model: UniversalLlama) -> None:
-    # mlx-lm raises NotImplementedError once the rotating cache reaches the start...
+# The rotating cache with kv_bits, run by mlx-lm (below) and in-tree on this module's model.
+# Positions in the cache after each model call: the prompt is prefilled in chunks of 4 (4, 8,
+# then 9 = len(PROMPT) - 1), step 0's call feeds its last token (len(PROMPT)), step i's call
+# feeds one more (len(PROMPT) + i). The conversion after each call meets the cache at that size.
+ROTATING = {"max_kv_size": 8, "prefill_step_size": 4, "kv_bits": 8, "kv_group_size": HEAD_DIM}
+MID_DECODE_START = len(PROMPT) + 3  # reached by the call of step 3
+ROTATING_CASES: dict[str, dict[str, Any]] = {
+    # reached by the first prefill chunk: no step is handed out
+    "start-0": {**ROTATING, "n": 4, "quantized_kv_start": 0},
+    # reached mid-decode, after some steps were handed out
+    "start-mid-decode": {**ROTATING, "n": 6, "quantized_kv_start": MID_DECODE_START},
+    # never reached (the default start): runs as it runs unquantized
+    "default-start": {**ROTATING, "n": 4},
+    "unquantized": {**{k: v for k, v in ROTATING.items() if not k.startswith("kv_")}, "n": 4},
+}
+
+# mlx-lm runs each case as the oracle generator does (oracles/mlx-lm/generate.py): its cache
+# (make_cache: RotatingKVCache(max_kv_size, keep=4) per layer), generate_step with the greedy
+# sampler, and the logit tap of oracles/common/lm_steps.py. Each case gives the tokens yielded,
+# the raw logits of their steps (as float32 bits), and the exception that ended it, if any.
+ORACLE_ROTATING = """
+import importlib.util, json, sys
+from pathlib import Path
+import mlx.core as mx
+import numpy as np
+from mlx_lm.generate import DEFAULT_QUANTIZED_KV_START, generate_step
+from mlx_lm.utils import load_model
+
+job = json.load(open(sys.argv[1]))
+oracles = Path(job["oracles"])
+sys.path.insert(0, str(oracles / "common"))
+from lm_steps import LogitTap
+spec = importlib.util.spec_from_file_location("mlx_lm_generator", oracles / "mlx-lm" / "generate.py")
+generator = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(generator)
+
+model, _ = load_model(Path(job["model_dir"]))
+out = {"default_quantized_kv_start": DEFAULT_QUANTIZED_KV_START, "cases": {}}
+for name, case in job["cases"].items():
+    tap = LogitTap(model)
+    options = {k: case[k] for k in ("kv_bits", "kv_group_size", "quantized_kv_start") if k in case}
+    tokens, raised = [], None
+    try:
+        for token, _ in generate_step(
+            mx.array(job["prompt"]),
+            tap,
+            max_tokens=case["n"],
+            prompt_cache=generator.make_cache(model, case),
+            prefill_step_size=case["prefill_step_size"],
+            **options,
+        ):
+            tokens.append(int(token))
+    except Exception as exc:
+        raised = type(exc).__name__
+    # The tapped calls: the prefill chunks (all of the prompt but its last token), then the steps.
+    chunks = -(-(len(job["prompt"]) - 1) // case["prefill_step_size"])
+    rows = tap.rows[chunks : chunks + len(tokens)]
+    bits = [np.array(r.astype(mx.float32)).reshape(-1).view(np.uint32).tolist() for r in rows]
+    out["cases"][name] = {"tokens": tokens, "logit_bits": bits, "raised": raised}
+json.dump(out, open(sys.argv[2], "w"))
+"""
+
+
+@pytest.fixture(scope="module")
+def mlx_lm_runs(model: UniversalLlama, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """mlx-lm's run of every ROTATING_CASES case on this module's model (one oracle venv start)."""
+    from harness.paths import oracles_dir
+
+    model_dir = tmp_path_factory.mktemp("kv-model")
+    mx.save_safetensors(str(model_dir / "model.safetensors"), dict(tree_flatten(model.parameters())))
+    (model_dir / "config.json").write_text(json.dumps(CONFIG))
+    job = {"oracles": str(oracles_dir()), "model_dir": str(model_dir), "prompt": PROMPT, "cases": ROTATING_CASES}
+    return oracle_answer("mlx-lm", ORACLE_ROTATING, job, tmp_path_factory.mktemp("mlx-lm-rotating"))
+
+
+def in_tree_rotating(model: UniversalLlama, case: dict[str, Any]) -> dict[str, Any]:
+    """The in-tree run of a ROTATING_CASES case, recorded as the oracle script records mlx-lm's."""
+    options = {k: v for k, v in case.items() if k != "n"}
+    steps, raised = [], None
+    try:
+        for step in greedy_steps(model, PROMPT, case["n"], **options):
+            steps.append(step)
+    except Exception as exc:
+        raised = type(exc).__name__
+    bits = logit_bits(steps).tolist() if steps else []
+    return {"tokens": [s.token for s in steps], "logit_bits": bits, "raised": raised}
+
+
+def rotating_differences(model: UniversalLlama, mlx_lm_runs: dict[str, Any], case: str) -> list[str]:
+    """What of the in-tree run of `case` differs from mlx-lm's: raised, tokens, logit_bits."""
+    ours, theirs = in_tree_rotating(model, ROTATING_CASES[case]), mlx_lm_runs["cases"][case]
+    return [field for field in ("raised", "tokens", "logit_bits") if ours[field] != theirs[field]]
+
+
+@ORACLE_GROUP
+@pytest.mark.parametrize("case", list(ROTATING_CASES))
+def test_rotating_cache_with_kv_bits_fails_like_mlx_lm(
+    model: UniversalLlama, mlx_lm_runs: dict[str, Any], case: str
+) -> None:
+    # The same exception (mlx-lm's RotatingKVCache.to_quantized raises NotImplementedError) after
+    # the same steps, whose tokens and logits are mlx-lm's bit for bit; no exception and the
+    # same steps where the start is never reached.
+    assert rotating_differences(model, mlx_lm_runs, case) == []
+
+
+@ORACLE_GROUP
+def test_rotating_cases_fail_and_run_where_they_should(model: UniversalLlama, mlx_lm_runs: dict[str, Any]) -> None:
+    # Not a vacuous comparison: in mlx-lm's own runs, both cases reaching the start fail. The
+    # call that reaches it is the first prefill chunk's, or step k's = MID_DECODE_START -
+    # len(PROMPT); generate_step queues step k before handing out step k - 1, so steps 0..k-2
+    # come out first. The case never reaching the start runs as the unquantized one.
+    answers = mlx_lm_runs["cases"]
+    assert answers["start-0"]["raised"] is not None and answers["start-0"]["tokens"] == []
+    assert answers["start-mid-decode"]["raised"] == answers["start-0"]["raised"]
+    assert len(answers["start-mid-decode"]["tokens"]) == MID_DECODE_START - len(PROMPT) - 1 > 0
+    assert answers["default-start"] == answers["unquantized"] and answers["unquantized"]["raised"] is None
+    assert len(answers["unquantized"]["tokens"]) == ROTATING_CASES["unquantized"]["n"]
+    # The in-tree error names the option combination.
     with pytest.raises(NotImplementedError, match="max_kv_size"):
-        run(model, 4, max_kv_size=8, kv_bits=8, kv_group_size=32, quantized_kv_start=0)
-    # ... and runs unquantized while it has not.
-    steps = run(model, 4, max_kv_size=8, kv_bits=8, kv_group_size=32)
-    assert np.array_equal(logit_bits(steps), logit_bits(run(model, 4, max_kv_size=8)))
+        run(model, 4, **{k: v for k, v in ROTATING_CASES["start-0"].items() if k != "n"})
+
+
+@ORACLE_GROUP
+def test_rotating_comparison_fails_when_the_in_tree_side_never_quantizes(
+    model: UniversalLlama, mlx_lm_runs: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The comparison above can fail: an in-tree loop that skipped the KV conversion runs on where
+    mlx-lm fails, and only there."""
+    import models.universal.generate as generate
+
+    monkeypatch.setattr(generate, "maybe_quantize_kv_cache", lambda *args, **kwargs: None)
+    for case in ("start-0", "start-mid-decode"):
+        assert {"raised", "tokens"} <= set(rotating_differences(model, mlx_lm_runs, case)), case
+    for case in ("default-start", "unquantized"):
+        assert rotating_differences(model, mlx_lm_runs, case) == [], case
 
 
 # --- thinking detection ----------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The universal Llama on its own: config, strict loading, cache, decode loop, tokenizer.
 
 Bit-exactness against mlx-lm needs the oracle venv and is checked elsewhere; these tests
-pin the in-tree behaviours that parity rests on, with tiny models built here.
+pin the in-tree behaviours that parity rests on, with tiny models built here. The EOS ids are
+compared with what mlx-lm itself computes on the same directories, run in its oracle venv.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from models.universal import (
     greedy_steps,
     load_model,
 )
+from tests.oracle_call import oracle_answer
 
 BASE_CONFIG: dict[str, Any] = {
     "model_type": "llama",
@@ -427,11 +429,103 @@ def test_unsupported_tokenizer_class_is_an_error(tmp_path: Path) -> None:
         ChatTokenizer.from_dir(tokenizer_dir(tmp_path, {"tokenizer_class": "Qwen2Tokenizer"}))
 
 
-def test_eos_ids_follow_mlx_lm(tmp_path: Path) -> None:
-    path = tokenizer_dir(tmp_path)  # config.json says 2, the tokenizer's EOS is <|im_end|> (4)
-    assert ChatTokenizer.from_dir(path).eos_token_ids == frozenset({2, 4})
-    (path / "generation_config.json").write_text(json.dumps({"eos_token_id": [0, 7]}))
-    assert ChatTokenizer.from_dir(path).eos_token_ids == frozenset({0, 4, 7})
-    # mlx-lm only lets a truthy generation_config value override.
-    (path / "generation_config.json").write_text(json.dumps({"eos_token_id": 0}))
-    assert ChatTokenizer.from_dir(path).eos_token_ids == frozenset({2, 4})
+# Model directories that differ in where their EOS ids come from. The tokenizer's own EOS is
+# <|im_end|>, config.json's eos_token_id BASE_CONFIG's unless overridden; generation_config.json
+# is written as the text given (None: no file).
+EOS_CASES: dict[str, dict[str, Any]] = {
+    "config-only": {},
+    "config-list": {"config": {"eos_token_id": [2, 3]}},
+    "config-none": {"config": {"eos_token_id": None}},
+    "generation-list": {"generation_config": json.dumps({"eos_token_id": [0, 7]})},
+    "generation-int": {"generation_config": json.dumps({"eos_token_id": 7})},
+    "generation-zero": {"generation_config": json.dumps({"eos_token_id": 0})},  # falsy
+    "generation-empty-list": {"generation_config": json.dumps({"eos_token_id": []})},  # falsy
+    "generation-without-eos": {"generation_config": json.dumps({"bos_token_id": 1})},
+    "generation-unreadable": {"generation_config": "{not json"},
+    "eos-token-is-bos": {"tokenizer_config": {"eos_token": "<s>"}},
+    "eos-token-not-in-vocab": {"tokenizer_config": {"eos_token": "<|no such token|>"}},
+}
+
+# The tests that read the oracle's answer share one worker under `make test` (-n, loadgroup),
+# so the module-scoped fixture starts the oracle venv once.
+ORACLE_GROUP = pytest.mark.xdist_group("oracle-mlx-lm-eos")
+
+# mlx_lm.load's way to the tokenizer's EOS ids, less the weights: load_config (config.json, its
+# eos_token_id replaced by generation_config.json's), then load_tokenizer given that eos_token_id.
+ORACLE_EOS = """
+import json, sys
+from pathlib import Path
+from mlx_lm.utils import load_config, load_tokenizer
+
+job = json.load(open(sys.argv[1]))
+out = {}
+for name, path in job.items():
+    config = load_config(Path(path))
+    tokenizer = load_tokenizer(Path(path), eos_token_ids=config.get("eos_token_id", None))
+    out[name] = sorted(int(i) for i in tokenizer.eos_token_ids)
+json.dump(out, open(sys.argv[2], "w"))
+"""
+
+
+@pytest.fixture(scope="module")
+def eos_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("eos")
+    dirs = {}
+    for name, case in EOS_CASES.items():
+        path = root / name
+        path.mkdir()
+        write_tokenizer(path, case.get("tokenizer_config"))
+        config = {**BASE_CONFIG, **case.get("config", {})}
+        (path / "config.json").write_text(json.dumps({k: v for k, v in config.items() if v is not None}))
+        if case.get("generation_config") is not None:
+            (path / "generation_config.json").write_text(case["generation_config"])
+        dirs[name] = path
+    return dirs
+
+
+@pytest.fixture(scope="module")
+def mlx_lm_eos_ids(eos_dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, frozenset[int]]:
+    """mlx-lm's EOS ids for every directory of EOS_CASES (one oracle venv start)."""
+    job = {name: str(path) for name, path in eos_dirs.items()}
+    answer = oracle_answer("mlx-lm", ORACLE_EOS, job, tmp_path_factory.mktemp("mlx-lm-eos"))
+    return {name: frozenset(ids) for name, ids in answer.items()}
+
+
+def eos_mismatches(eos_dirs: dict[str, Path], mlx_lm_eos_ids: dict[str, frozenset[int]]) -> dict[str, tuple]:
+    """{case: (in-tree ids, mlx-lm's)} for every case where the two differ."""
+    ours = {name: ChatTokenizer.from_dir(path).eos_token_ids for name, path in eos_dirs.items()}
+    return {
+        name: (sorted(ours[name]), sorted(mlx_lm_eos_ids[name]))
+        for name in EOS_CASES
+        if ours[name] != mlx_lm_eos_ids[name]
+    }
+
+
+@ORACLE_GROUP
+@pytest.mark.parametrize("case", list(EOS_CASES))
+def test_eos_ids_follow_mlx_lm(case: str, eos_dirs: dict[str, Path], mlx_lm_eos_ids: dict[str, frozenset[int]]) -> None:
+    assert ChatTokenizer.from_dir(eos_dirs[case]).eos_token_ids == mlx_lm_eos_ids[case]
+
+
+@ORACLE_GROUP
+def test_eos_cases_tell_the_sources_apart(mlx_lm_eos_ids: dict[str, frozenset[int]]) -> None:
+    # Not a vacuous comparison: in mlx-lm's own answers, generation_config.json's ids replace
+    # config.json's in some case and not in another, and the tokenizer's EOS adds an id.
+    assert mlx_lm_eos_ids["generation-list"] != mlx_lm_eos_ids["config-only"]
+    assert mlx_lm_eos_ids["generation-zero"] == mlx_lm_eos_ids["config-only"]
+    assert mlx_lm_eos_ids["config-only"] > mlx_lm_eos_ids["config-none"]
+
+
+@ORACLE_GROUP
+def test_eos_comparison_fails_when_the_in_tree_rule_changes(
+    eos_dirs: dict[str, Path], mlx_lm_eos_ids: dict[str, frozenset[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The comparison above can fail: an in-tree side that dropped the tokenizer's own EOS id
+    differs from mlx-lm wherever that id is not also a config id."""
+    from models.universal import tokenizer as tokenizer_module
+
+    rule = tokenizer_module._eos_token_ids
+    monkeypatch.setattr(
+        tokenizer_module, "_eos_token_ids", lambda path, backend, eos, unk: rule(path, backend, None, unk)
+    )
+    assert {"config-only", "generation-list", "eos-token-is-bos"} <= set(eos_mismatches(eos_dirs, mlx_lm_eos_ids))

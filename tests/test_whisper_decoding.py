@@ -1,7 +1,8 @@
 """In-tree Whisper decoding stages: tokenizer ids, logit filters, decoder, ranker, fallback
 and segment rules, the decode loop and the seek loop, on synthetic vocabularies and a
-scripted fake model (no oracle venv, no weights). Bit parity with mlx-whisper on real
-weights is the harness's job; these pin the rules that decide its tokens.
+scripted fake model (no weights). Bit parity with mlx-whisper on real weights is the
+harness's job; these pin the rules that decide its tokens. The special-token layout is
+compared with what mlx-whisper's own get_tokenizer computes, run in its oracle venv.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import base64
 import json
 import math
 import zlib
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
@@ -37,6 +39,7 @@ from models.whisper.transcribe import (
     split_segments,
     transcribe,
 )
+from tests.oracle_call import oracle_answer
 
 NEG_INF = -math.inf
 
@@ -54,63 +57,222 @@ def synthetic_ranks(n: int) -> dict[bytes, int]:
 
 
 @pytest.fixture(scope="module")
-def gpt2_sized_ranks() -> dict[bytes, int]:
-    return synthetic_ranks(50256)
-
-
-@pytest.fixture(scope="module")
 def small_tokenizer() -> tokenizer.Tokenizer:
     """English-only layout over the 256 bytes: eot 256, sot 257, timestamps from 264."""
     encoding = tokenizer.build_encoding(synthetic_ranks(256), num_languages=0)
     return tokenizer.get_tokenizer(encoding, multilingual=False, num_languages=0)
 
 
-def test_english_only_special_ids_equal_mlx_whisper(gpt2_sized_ranks):
-    # mlx-whisper 0.4.3 get_tokenizer(False, num_languages=99) on gpt2.tiktoken (tiny.en, n_vocab 51864)
-    encoding = tokenizer.build_encoding(gpt2_sized_ranks, num_languages=99)
-    tok = tokenizer.get_tokenizer(encoding, multilingual=False, num_languages=99, language="fr", task="translate")
-    assert encoding.n_vocab == 51864
-    assert (tok.language, tok.task, tok.sot_sequence) == (None, None, (50257,))
-    assert (tok.eot, tok.sot, tok.to_language_token("en"), tok.translate, tok.transcribe) == (
-        50256,
-        50257,
-        50258,
-        50357,
-        50358,
-    )
-    assert (tok.sot_lm, tok.sot_prev, tok.no_speech, tok.no_timestamps, tok.timestamp_begin) == (
-        50359,
-        50360,
-        50361,
-        50362,
-        50363,
-    )
-    assert tok.special_tokens["<|30.00|>"] == 51863
-    assert tok.sot_sequence_including_notimestamps == (50257, 50362)
-    assert len(tok.all_language_tokens) == 99 and tok.all_language_codes[:3] == ("en", "zh", "de")
+# mlx-whisper's get_tokenizer, run in its oracle venv: the special-token layout of each case
+# below, read attribute by attribute. Each case names the vocabulary mlx-whisper picks
+# (gpt2.tiktoken English-only, multilingual.tiktoken otherwise) and its arguments; the in-tree
+# side builds its encoding from those same asset files and is compared field by field.
+TOKENIZER_CASES: dict[str, dict] = {
+    # tiny.en's layout: an English-only model ignores a language and a task.
+    "english-only": {"multilingual": False, "num_languages": 99, "language": "fr", "task": "translate"},
+    # tiny, base, ... large-v2: 99 languages.
+    "multilingual-99": {"multilingual": True, "num_languages": 99},
+    # large-v3: 100 languages; by default English transcription ...
+    "multilingual-100": {"multilingual": True, "num_languages": 100},
+    # ... a language by name, translation ...
+    "multilingual-100-french": {"multilingual": True, "num_languages": 100, "language": "French", "task": "translate"},
+    # ... and a language neither a code nor a name.
+    "multilingual-100-klingon": {"multilingual": True, "num_languages": 100, "language": "klingon"},
+}
+TOKENIZER_FIELDS = (
+    "language",
+    "task",
+    "eot",
+    "sot",
+    "translate",
+    "transcribe",
+    "sot_lm",
+    "sot_prev",
+    "no_speech",
+    "no_timestamps",
+    "timestamp_begin",
+    "sot_sequence",
+    "sot_sequence_including_notimestamps",
+    "all_language_tokens",
+    "all_language_codes",
+    "non_speech_tokens",
+    "special_tokens",
+)
+
+# The tests that read the oracle's answer share one worker under `make test` (-n, loadgroup),
+# so the module-scoped fixture starts the oracle venv once.
+ORACLE_GROUP = pytest.mark.xdist_group("oracle-mlx-whisper-tokenizers")
+
+ORACLE_TOKENIZERS = """
+import json, os, sys
+from mlx_whisper import tokenizer as T
+
+job = json.load(open(sys.argv[1]))
+
+def attempt(f, *args):
+    try:
+        value = f(*args)
+    except (KeyError, ValueError) as exc:
+        return {"raises": type(exc).__name__, "message": str(exc)}
+    return list(value) if isinstance(value, tuple) else value
+
+out = {
+    "assets": os.path.join(os.path.dirname(T.__file__), "assets"),
+    "languages": T.LANGUAGES,
+    "to_language_code": T.TO_LANGUAGE_CODE,
+    "tokenizers": {},
+}
+for name, case in job["cases"].items():
+    args = {k: case[k] for k in ("num_languages", "language", "task") if k in case}
+    tok = attempt(lambda: T.get_tokenizer(case["multilingual"], **args))
+    if isinstance(tok, dict):  # get_tokenizer raised
+        out["tokenizers"][name] = tok
+        continue
+    fields = {f: attempt(getattr, tok, f) for f in job["fields"]}
+    fields["vocabulary"] = tok.encoding.name
+    fields["n_vocab"] = tok.encoding.n_vocab
+    fields["language_token"] = attempt(getattr, tok, "language_token")
+    fields["to_language_token"] = {code: attempt(tok.to_language_token, code) for code in T.LANGUAGES}
+    out["tokenizers"][name] = fields
+json.dump(out, open(sys.argv[2], "w"))
+"""
 
 
-def test_multilingual_special_ids_equal_mlx_whisper(gpt2_sized_ranks):
-    # mlx-whisper 0.4.3 get_tokenizer(True, num_languages=100) on multilingual.tiktoken (large-v3, n_vocab 51866)
-    ranks = {**gpt2_sized_ranks, b"\xff\xfe\xfd": 50256}
-    encoding = tokenizer.build_encoding(ranks, num_languages=100)
-    default = tokenizer.get_tokenizer(encoding, multilingual=True, num_languages=100)
-    french = tokenizer.get_tokenizer(
-        encoding, multilingual=True, num_languages=100, language="French", task="translate"
+@pytest.fixture(scope="module")
+def mlx_whisper_tokenizers(tmp_path_factory) -> dict:
+    """mlx-whisper's answer for every case of TOKENIZER_CASES (one oracle venv start)."""
+    job = {"cases": TOKENIZER_CASES, "fields": TOKENIZER_FIELDS}
+    return oracle_answer("mlx-whisper", ORACLE_TOKENIZERS, job, tmp_path_factory.mktemp("mlx-whisper-tokenizers"))
+
+
+@pytest.fixture(scope="module")
+def vocabularies(mlx_whisper_tokenizers: dict, tmp_path_factory) -> dict[bool, Path]:
+    """multilingual -> a model directory holding (a link to) the vocabulary file mlx-whisper's
+    get_tokenizer reads: gpt2.tiktoken for English-only models, multilingual.tiktoken else."""
+    assets = Path(mlx_whisper_tokenizers["assets"])
+    root = tmp_path_factory.mktemp("whisper-vocabularies")
+    dirs = {}
+    for multilingual, name in ((False, "gpt2"), (True, "multilingual")):
+        (root / name).mkdir()
+        (root / name / f"{name}.tiktoken").symlink_to(assets / f"{name}.tiktoken")
+        dirs[multilingual] = root / name
+    return dirs
+
+
+def _attempt(f, *args):
+    """As the oracle script records a value: a raised KeyError/ValueError as its type and message."""
+    try:
+        value = f(*args)
+    except (KeyError, ValueError) as exc:
+        return {"raises": type(exc).__name__, "message": str(exc)}
+    return list(value) if isinstance(value, tuple) else value
+
+
+def in_tree_tokenizer_record(case: dict, vocabularies: dict[bool, Path], codes: list[str]) -> dict:
+    """The in-tree tokenizer of `case`, on the vocabulary file mlx-whisper reads for it, recorded
+    as the oracle script records mlx-whisper's (the same fields, errors as type and message)."""
+    model_dir = vocabularies[case["multilingual"]]
+    encoding = tokenizer.load_encoding(model_dir, case["num_languages"])
+    args = {k: case[k] for k in ("language", "task") if k in case}
+    tok = _attempt(
+        lambda: tokenizer.get_tokenizer(
+            encoding, multilingual=case["multilingual"], num_languages=case["num_languages"], **args
+        )
     )
-    assert encoding.n_vocab == 51866
-    assert (default.language, default.task, default.sot_sequence) == ("en", "transcribe", (50258, 50259, 50360))
-    assert french.sot_sequence == (50258, 50265, 50359)
-    assert (default.eot, default.no_speech, default.no_timestamps, default.timestamp_begin) == (
-        50257,
-        50363,
-        50364,
-        50365,
-    )
-    assert default.to_language_token("yue") == 50358
-    assert default.special_tokens["<|30.00|>"] == 51865
-    with pytest.raises(ValueError, match="Unsupported language"):
-        tokenizer.get_tokenizer(encoding, multilingual=True, num_languages=100, language="klingon")
+    if isinstance(tok, dict):
+        return tok
+    record = {f: _attempt(getattr, tok, f) for f in TOKENIZER_FIELDS}
+    record["vocabulary"] = next(model_dir.glob("*.tiktoken")).name
+    record["n_vocab"] = encoding.n_vocab
+    record["language_token"] = _attempt(getattr, tok, "language_token")
+    record["to_language_token"] = {code: _attempt(tok.to_language_token, code) for code in codes}
+    return record
+
+
+def _comparable(record: dict) -> dict:
+    """A new dict of `record` as tokenizer_differences compares it (`record` is left unchanged)."""
+    if "all_language_tokens" not in record:  # get_tokenizer raised: compared whole
+        return dict(record)
+
+    def lookup(value):
+        return {"raises": value["raises"]} if isinstance(value, dict) else value
+
+    comparable = {f: v for f, v in record.items() if f not in ("all_language_tokens", "all_language_codes")}
+    pairs = zip(record["all_language_tokens"], record["all_language_codes"], strict=True)
+    comparable["language_pairs"] = sorted(map(list, pairs))
+    comparable["language_token"] = lookup(record["language_token"])
+    comparable["to_language_token"] = {code: lookup(v) for code, v in record["to_language_token"].items()}
+    return comparable
+
+
+def tokenizer_differences(mine: dict, theirs: dict) -> dict[str, tuple]:
+    """Fields whose in-tree value differs from mlx-whisper's: {field: (in-tree, mlx-whisper)}.
+
+    Where the two sides differ on purpose, what is compared is what both promise:
+    - all_language_tokens / all_language_codes: mlx-whisper lists them in the (hash-seeded)
+      iteration order of tiktoken's special-token set, the in-tree side in id order (see its
+      docstring): compared as the set of (token, code) pairs;
+    - a failed language lookup (language_token with no language, to_language_token of a
+      language the vocabulary lacks): the same exception type, the in-tree side words it its
+      own way. get_tokenizer's "Unsupported language" error is compared whole.
+    """
+    mine, theirs = _comparable(mine), _comparable(theirs)
+    return {
+        field: (mine.get(field, "<missing>"), theirs.get(field, "<missing>"))
+        for field in sorted(mine.keys() | theirs.keys())
+        if mine.get(field, "<missing>") != theirs.get(field, "<missing>")
+    }
+
+
+def _abridged(differences: dict[str, tuple]) -> dict[str, tuple]:
+    return {f: tuple(repr(v)[:300] for v in pair) for f, pair in differences.items()}
+
+
+@ORACLE_GROUP
+@pytest.mark.parametrize("case", list(TOKENIZER_CASES))
+def test_special_ids_equal_mlx_whisper(case: str, mlx_whisper_tokenizers: dict, vocabularies) -> None:
+    theirs = mlx_whisper_tokenizers["tokenizers"][case]
+    # Every case builds a tokenizer but the one naming an unknown language (no vacuous match).
+    assert ("raises" in theirs) == (case == "multilingual-100-klingon"), theirs
+    mine = in_tree_tokenizer_record(TOKENIZER_CASES[case], vocabularies, list(mlx_whisper_tokenizers["languages"]))
+    differences = tokenizer_differences(mine, theirs)
+    assert not differences, _abridged(differences)
+
+
+@ORACLE_GROUP
+def test_language_tables_equal_mlx_whisper(mlx_whisper_tokenizers: dict) -> None:
+    # The code order decides the language token ids; names and aliases what a language argument may be.
+    assert list(tokenizer.LANGUAGES.items()) == list(mlx_whisper_tokenizers["languages"].items())
+    assert tokenizer.TO_LANGUAGE_CODE == mlx_whisper_tokenizers["to_language_code"]
+
+
+@pytest.fixture
+def fresh_tokenizer_caches():
+    """Empty the in-tree encoding and tokenizer caches before and after (a perturbed layout
+    must neither reuse nor leave behind a cached encoding)."""
+    tokenizer._cached_encoding.cache_clear()
+    tokenizer._shared_tokenizer.cache_clear()
+    yield
+    tokenizer._cached_encoding.cache_clear()
+    tokenizer._shared_tokenizer.cache_clear()
+
+
+@ORACLE_GROUP
+def test_special_ids_comparison_fails_on_a_perturbed_in_tree_layout(
+    mlx_whisper_tokenizers: dict, vocabularies, fresh_tokenizer_caches, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The comparison above can fail: swapping two in-tree task tokens is caught field by field."""
+    tasks = list(tokenizer._TASK_TOKENS)
+    i, j = tasks.index("<|nospeech|>"), tasks.index("<|notimestamps|>")
+    tasks[i], tasks[j] = tasks[j], tasks[i]
+    monkeypatch.setattr(tokenizer, "_TASK_TOKENS", tuple(tasks))
+    codes = list(mlx_whisper_tokenizers["languages"])
+    for case in ("english-only", "multilingual-100"):
+        mine = in_tree_tokenizer_record(TOKENIZER_CASES[case], vocabularies, codes)
+        differences = tokenizer_differences(mine, mlx_whisper_tokenizers["tokenizers"][case])
+        assert {"no_speech", "no_timestamps", "sot_sequence_including_notimestamps", "special_tokens"} <= set(
+            differences
+        ), case
 
 
 def test_get_tokenizer_is_built_once_per_encoding_language_and_task():
