@@ -193,4 +193,4 @@ class VadItem(_VerdictItem):
     def _judge(self) -> CheckResult:
         runs = self.config.stash.setdefault(_VAD_KEY, {})
         found = runs.setdefault(self.profile.name, VadRun(self.profile, [self.fixture])).check(self.fixture, self.check)
-        return CheckResult(self.check, found.passed, found.detail)
+        return CheckResult(self.check, found.passed, found.detail, details=dict(found.details))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.checks.vad import VadRun
+from harness.checks.vad import VadRun, segments_coverage, walked_segments
 from harness.coverage import SCENARIO as COVERAGE_SCENARIO
 from harness.coverage import Coverage, judge_coverage
 from harness.errors import HarnessError
@@ -22,7 +22,7 @@ from harness.goldens.lifecycle import harness_commit
 from harness.paths import profiles_dir
 from harness.profile import Profile
 from harness.profile.load import available_profiles, load_profile
-from harness.profile.vad import available_vad_profiles
+from harness.profile.vad import VadProfile, available_vad_profiles, load_vad_profile
 from harness.progress import progress
 from harness.provenance import device_facts
 from harness.pytest_items import (
@@ -151,6 +151,17 @@ def _loadable(models: list[str]) -> list[Profile]:
     for name in models:
         try:
             out.append(load_profile(available_profiles()[name]))
+        except (HarnessError, KeyError):
+            continue
+    return out
+
+
+def _loadable_vad(models: list[str]) -> list[VadProfile]:
+    """The VAD profiles of these models that load (one that does not is its own ERROR row)."""
+    out = []
+    for name in models:
+        try:
+            out.append(load_vad_profile(available_vad_profiles()[name]))
         except (HarnessError, KeyError):
             continue
     return out
@@ -306,6 +317,7 @@ class _Collector:
         # Each check's declared paths against what the scenarios walked (harness/coverage.py).
         models = sorted({r.model for r in self.results} | set(_requested(config)))
         self.coverage = judge_coverage(_loadable(models), self.results, device_facts().backend)
+        self.coverage += [segments_coverage(p, walked_segments(self.results, p)) for p in _loadable_vad(models)]
         for c in self.coverage:
             if c.row is not None:
                 self.rows[f"{c.model}::{COVERAGE_SCENARIO}::{c.check}"] = c.row

@@ -1,5 +1,12 @@
 """The VAD checks of one fixture (input, probabilities, segments[<option set>], streaming; the
 registry says what each compares), and a profile's run inside `make parity`.
+
+`segments` proves something only where the package found speech (issue 31 part 1): two empty
+lists are identical whatever the in-tree rules do. Its path, "at least one segment", is read
+from the oracle's segments of each option set; a fixture the profile declares as speech
+(`speech:`) that walked none is an ERROR, "nothing exercised", and over the profile each option
+set must be walked by some fixture (`segments_coverage`, a coverage line after every run, as
+harness/coverage.py gives the model profiles' checks).
 """
 
 from __future__ import annotations
@@ -13,12 +20,15 @@ import numpy as np
 from harness.artifacts.vad import resolve_vad_weights
 from harness.checks import registry
 from harness.checks.registry import VAD
+from harness.coverage import SCENARIO as PROFILE_SCENARIO
+from harness.coverage import Coverage
 from harness.errors import (
     NothingComparedError,
 )
 from harness.goldens.vad import OracleResult, ensure_goldens
 from harness.paths import FIXTURES_DIR
-from harness.profile.vad import VadProfile
+from harness.profile.vad import VAD_TIER, VadProfile
+from harness.report import ItemResult
 from harness.runners.vad import STREAM_PIECES, streaming_probabilities
 
 
@@ -27,6 +37,13 @@ class Check:
     name: str
     passed: bool
     detail: str
+    details: dict[str, Any] = field(default_factory=dict)  # the report row's details ("walked")
+    nothing_exercised: bool = False  # not a verdict: an ERROR (the comparison proved nothing)
+
+
+SEGMENTS = "segments"
+AT_LEAST_ONE_SEGMENT = "at least one segment"  # the path `segments` walks, per option set
+SEGMENTS_WHAT = "the package finds at least one speech segment under the option set"
 
 
 @dataclass
@@ -83,8 +100,9 @@ def gate_fixture(
     for name, values in (options or profile.timestamp_options).items():
         mine = [s.as_dict() for s in speech_segments(probs.tolist(), audio.shape[0], SpeechTimestampOptions(**values))]
         theirs = oracle.segments[name]
+        walked = {"walked": [AT_LEAST_ONE_SEGMENT] if theirs else []}
         if mine == theirs:
-            checks.append(Check(f"segments[{name}]", True, f"{len(mine)} segment(s) identical"))
+            checks.append(Check(f"segments[{name}]", True, f"{len(mine)} segment(s) identical", walked))
         else:
             first = next(
                 (i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b), min(len(mine), len(theirs))
@@ -96,7 +114,19 @@ def gate_fixture(
                     f"{len(mine)} segment(s) vs package {len(theirs)}; first difference at segment {first}: "
                     f"mlx {mine[first] if first < len(mine) else None} vs package "
                     f"{theirs[first] if first < len(theirs) else None}",
+                    walked,
                 )
+            )
+        if oracle.fixture in profile.speech and not theirs:
+            verdict = checks[-1]
+            checks[-1] = Check(
+                verdict.name,
+                False,
+                f"nothing exercised: {profile.name}/{oracle.fixture} {verdict.name}: 0 segments on a speech fixture "
+                f"(the profile's `speech`): the package found no speech there under option set {name!r}, so "
+                f"segments compared nothing the rules decide (its verdict: {verdict.detail})",
+                walked,
+                nothing_exercised=True,
             )
     if check_streaming:
         streamed = streaming_probabilities(model, audio)
@@ -148,4 +178,60 @@ class VadRun:
                 f"{self.profile.name}/{fixture} {name}: not compared"
                 + (f": {failed.name} failed first ({failed.detail})" if failed else "")
             )
+        if found.nothing_exercised:
+            raise NothingComparedError(found.detail)
         return found
+
+
+def segments_coverage(profile: VadProfile, walked: dict[tuple[str, str], list[str]]) -> Coverage:
+    """`segments` judged over the profile: `walked` maps (fixture, option set) to the paths that
+    fixture's segments[<option set>] walked, for those judged (a fixture not run, or whose check
+    erred, is absent). Every option set walked by some fixture: a coverage line naming them; one
+    walked by none, every fixture judged: an ERROR row "nothing exercised"; otherwise "not judged"."""
+    options = list(profile.timestamp_options)
+    walked_by = {
+        f"{SEGMENTS}[{o}]": [f for f in profile.fixtures if AT_LEAST_ONE_SEGMENT in walked.get((f, o), [])]
+        for o in options
+    }
+    said = "; ".join(f"{p}: {', '.join(who) if who else 'not walked'}" for p, who in walked_by.items())
+    head = f"exercise {profile.name} {SEGMENTS} ({AT_LEAST_ONE_SEGMENT})"
+    missing = [p for p, who in walked_by.items() if not who]
+    if not missing:
+        return Coverage(profile.name, SEGMENTS, f"{head}: {said}", None)
+    unjudged = sorted({f for f in profile.fixtures for o in options if (f, o) not in walked})
+    if unjudged:
+        why = f"{len(unjudged)} fixture(s) not run or without a result ({', '.join(unjudged[:5])})"
+        return Coverage(profile.name, SEGMENTS, f"{head}: {said} (not judged: {why})", None)
+    summary = (
+        f"nothing exercised: no fixture of {profile.name} walked {', '.join(repr(p) for p in missing)} "
+        f"({SEGMENTS_WHAT}); its fixtures: {', '.join(profile.fixtures)}, of which speech: "
+        f"{', '.join(profile.speech) or 'none'}. segments passed nothing there: add a fixture with speech "
+        "and name it in the profile's `speech`"
+    )
+    row = ItemResult(
+        model=profile.name,
+        scenario=PROFILE_SCENARIO,
+        check=SEGMENTS,
+        tier=VAD_TIER,
+        oracle=profile.oracle,
+        outcome="error",
+        summary=summary,
+        details={"not_walked": missing, "walked_by": walked_by},
+    )
+    return Coverage(profile.name, SEGMENTS, f"{head}: {said} (NOTHING EXERCISED)", row)
+
+
+def walked_segments(rows: list[Any], profile: VadProfile) -> dict[tuple[str, str], list[str]]:
+    """(fixture, option set) -> walked paths, from report rows (ItemResult) or FixtureVerdicts."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for row in rows:
+        if isinstance(row, FixtureVerdict):
+            pairs = [(row.fixture, c.name, c.details) for c in row.checks]
+        elif row.model == profile.name:
+            pairs = [(row.scenario, row.check, row.details)]
+        else:
+            continue
+        for fixture, name, details in pairs:
+            if name.startswith(f"{SEGMENTS}[") and "walked" in details:
+                out[(fixture, name[len(SEGMENTS) + 1 : -1])] = list(details["walked"])
+    return out

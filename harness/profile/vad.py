@@ -18,6 +18,7 @@ PROFILE_KEYS = {
     "artifact",
     "oracle",
     "fixtures",
+    "speech",
     "probability_tolerance",
     "tolerance_reason",
     "streaming",
@@ -44,6 +45,9 @@ class VadProfile:
     artifact: VadArtifact
     oracle: str
     fixtures: list[str]
+    # The fixtures that hold speech: there the package's segments must be non-empty under every
+    # option set, or `segments` compared nothing (an ERROR, harness/checks/vad.py).
+    speech: tuple[str, ...]
     probability_tolerance: float
     tolerance_reason: str
     streaming: str
@@ -86,11 +90,20 @@ def load_vad_profile(path: Path | None = None) -> VadProfile:
         if not isinstance(fixture, str) or not (FIXTURES_DIR / fixture).is_file():
             raise ProfileError(f"{path}: fixtures: {FIXTURES_DIR / str(fixture)} does not exist")
         check_wav(FIXTURES_DIR / fixture, f"{path}: fixtures[{i}]", fixture)
+    speech = data["speech"]
+    if not isinstance(speech, list) or not all(isinstance(f, str) for f in speech):
+        raise ProfileError(f"{path}: speech: expected a list of the fixtures that hold speech, got {speech!r}")
+    strays = [f for f in speech if f not in data["fixtures"]]
+    if strays or len(set(speech)) != len(speech):
+        raise ProfileError(
+            f"{path}: speech: {strays or speech} — each entry must be one of the profile's fixtures, named once"
+        )
     return VadProfile(
         name=data["name"],
         artifact=artifact,
         oracle=data["oracle"],
         fixtures=list(data["fixtures"]),
+        speech=tuple(speech),
         probability_tolerance=tolerance,
         tolerance_reason=data["tolerance_reason"],
         streaming=data["streaming"],

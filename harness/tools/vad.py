@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from harness.artifacts.vad import resolve_vad_weights
-from harness.checks.vad import FixtureVerdict, gate_fixture
+from harness.checks.vad import FixtureVerdict, gate_fixture, segments_coverage, walked_segments
 from harness.errors import (
     HarnessError,
 )
@@ -89,18 +89,20 @@ def main(argv: list[str] | None = None) -> int:
         for v in verdicts:
             print(f"{'PASS' if v.passed else 'FAIL'} {v.fixture}: {v.chunks} chunks, max |d| {v.max_abs_diff:.3g}")
             for c in v.checks:
-                print(f"    {'ok  ' if c.passed else 'FAIL'} {c.name}: {c.detail}")
+                print(f"    {'ok  ' if c.passed else 'ERROR' if c.nothing_exercised else 'FAIL'} {c.name}: {c.detail}")
+        profile = load_vad_profile()
+        coverage = segments_coverage(profile, walked_segments(verdicts, profile))
+        print(coverage.line)
         if args.bench:
             from models.vad import load_model
 
-            profile = load_vad_profile()
             weights = resolve_vad_weights(profile)
             for row in bench(profile, load_model(weights), weights, args.fixtures or profile.fixtures):
                 print(json.dumps(row))
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    return 0 if all(v.passed for v in verdicts) else 1
+    return 0 if all(v.passed for v in verdicts) and coverage.row is None else 1
 
 
 if __name__ == "__main__":
