@@ -63,6 +63,7 @@ WHISPER_MUTANTS: list[Mutant] = [
         "whisper-tiny-en",
         "fox-pause-words",
         patch=word_pause_at_3x,
+        on={"whisper-base": "fox-pause-words"},
     ),
     Mutant(
         "timestamp-ms-truncated",
@@ -70,5 +71,6 @@ WHISPER_MUTANTS: list[Mutant] = [
         "whisper-tiny-en",
         "fox-pause-words",
         patch=timestamp_ms_truncated,
+        on={"whisper-base": "fox-pause-words"},
     ),
 ]
