@@ -33,7 +33,10 @@ sox -R -n -r 16000 -c 1 -b 16 noise.wav synth 2 whitenoise vol 0.02
 # milliseconds change): 1.74 s for tiny.en (fox-pause.wav), 2.02 s for base (fox-pause-base.wav),
 # derived from fox.wav by the standard library alone (tools/make-pause-fixture.py says why).
 python3 "$tools/make-pause-fixture.py" --all >/dev/null
+# weather.wav delayed by a fraction of a sample past 45: a fast-path near-tie on tiny.en, and the
+# calibration clip whose float16 compute flips it (tools/make-near-tie-fixture.py says why).
+python3 "$tools/make-near-tie-fixture.py" >/dev/null
 
-for f in fox weather message long german silence noise fox-pause fox-pause-base; do
+for f in fox weather message long german silence noise fox-pause fox-pause-base weather-near-tie weather-near-tie-calib; do
     printf '%-12s %6.2f s  %s\n' "$f.wav" "$(soxi -D "$f.wav")" "$(sha256sum "$f.wav" | cut -d' ' -f1)"
 done

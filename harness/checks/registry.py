@@ -15,6 +15,7 @@ from typing import Any
 
 from harness.checks.compare import ULP_BUCKETS, CheckResult, compare_array, compare_json, compare_steps
 from harness.checks.exercise import DECODE_LOGITS, EOS_STOP, SPECULATIVE, STREAMED, Exercise
+from harness.checks.exercise_budget import TOKEN_BUDGET
 from harness.checks.exercise_text import DETOKENIZE, RESPONSE
 from harness.checks.exercise_whisper import TRANSCRIPT, WRITERS
 from harness.checks.response import check_response
@@ -165,7 +166,8 @@ _TABLE = (
           "session", (WHISPER,), "tokens",
           failing_tests=("tests/test_whisper_fast.py::test_the_gate_fails_a_fast_path_whose_logits_are_scaled_by_1_01",
                          "tests/test_whisper_fast.py::test_the_gate_fails_an_attention_scale_one_ulp_off",
-                         "tests/test_whisper_fast.py::test_the_gate_fails_a_budget_edited_away_from_its_record")),
+                         "tests/test_whisper_fast.py::test_the_gate_fails_a_budget_edited_away_from_its_record"),
+          exercises=TOKEN_BUDGET),
     Check("input", "the fixture's samples as the oracle read them", "vad", (VAD,), "bits",
           failing_tests=(_VAD + "test_input_fails_when_the_oracle_read_other_samples_and_nothing_else_is_compared",)),
     Check("probabilities", "per-chunk speech probabilities, within the measured tolerance", "vad", (VAD,),
