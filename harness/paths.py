@@ -32,3 +32,9 @@ def reports_dir() -> Path:
 
 def oracles_dir() -> Path:
     return REPO_ROOT / "oracles"
+
+
+def shown(path: Path) -> str:
+    """A path as messages show it: relative to the repository when inside it (goldens, profiles,
+    reports moved elsewhere by MLX_PARITY_* stay absolute)."""
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import HarnessError
-from harness.paths import REPO_ROOT, cache_root, oracles_dir
+from harness.paths import REPO_ROOT, cache_root, oracles_dir, shown
 
 PYTHON_FLOOR = "3.11"
 
@@ -64,7 +64,7 @@ class PinFile:
 
     @property
     def label(self) -> str:
-        return str(self.path.relative_to(REPO_ROOT)) if self.path.is_relative_to(REPO_ROOT) else str(self.path)
+        return shown(self.path)
 
 
 def pin_files() -> list[PinFile]:

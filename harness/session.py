@@ -36,7 +36,7 @@ from harness.errors import (
 )
 from harness.goldens.lifecycle import GoldenLifecycle, runnable_spec
 from harness.goldens.store import Golden
-from harness.paths import REPO_ROOT
+from harness.paths import REPO_ROOT, shown
 from harness.profile import Profile, Scenario
 from harness.profile.load import find_profile
 from harness.provenance import device_facts
@@ -380,7 +380,7 @@ def model_provenance(name: str) -> dict[str, Any]:
             goldens[scenario.id] = {"manifest": str(path), "error": str(e)}
             continue
         goldens[scenario.id] = {
-            "manifest": str(path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path),
+            "manifest": shown(path),
             "tier": profile.tier_of(scenario),
             "oracle": profile.oracle_of(scenario),
             "blobs": {k: v["sha256"] for k, v in manifest.get("blobs", {}).items()},

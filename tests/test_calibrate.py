@@ -98,3 +98,12 @@ def test_write_budget_rewrites_the_budget_line_and_keeps_a_valid_profile(tmp_pat
     with pytest.raises(HarnessError, match="one-line"):
         write_budget(load_profile(tmp_path / source.name), 1)
     assert json.dumps(load_profile(tmp_path / source.name).name) == '"whisper-tiny-en"'
+
+
+def test_paths_outside_the_repository_are_shown_whole(tmp_path) -> None:
+    """calibrate --write printed each record relative to the repository and crashed, after
+    writing it, when MLX_PARITY_GOLDENS put the goldens elsewhere (the budgets then unwritten)."""
+    from harness.paths import REPO_ROOT, shown
+
+    assert shown(REPO_ROOT / "goldens" / "x.json") == "goldens/x.json"
+    assert shown(tmp_path / "x.json") == str(tmp_path / "x.json")

@@ -23,7 +23,7 @@ from harness.errors import (
 )
 from harness.fileio import atomic_write_json
 from harness.goldens.store import GoldenStore, provenance_differences
-from harness.paths import FIXTURES_DIR, REPO_ROOT, cache_root, goldens_dir
+from harness.paths import FIXTURES_DIR, cache_root, goldens_dir, shown
 from harness.profile.vad import VAD_TIER, VadProfile, available_vad_profiles, load_vad_profile
 from harness.provenance import device_facts, golden_key
 from harness.runners.vad import run_oracle
@@ -190,7 +190,7 @@ def vad_model_provenance(name: str) -> dict[str, Any]:
             goldens[fixture] = {"manifest": str(path), "error": str(e)}
             continue
         goldens[fixture] = {
-            "manifest": str(path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path),
+            "manifest": shown(path),
             "tier": VAD_TIER,
             "oracle": profile.oracle,
             "blobs": {k: v["sha256"] for k, v in manifest.get("blobs", {}).items()},

@@ -44,7 +44,7 @@ from harness.checks.tokens import is_near_tie, margin_shift
 from harness.errors import HarnessError, OracleError
 from harness.fileio import atomic_write_bytes
 from harness.goldens.calibration import CalibrationRecord, golden_identity, write_record
-from harness.paths import REPO_ROOT, cache_root, oracles_dir
+from harness.paths import REPO_ROOT, cache_root, oracles_dir, shown
 from harness.profile import Profile
 from harness.profile.load import find_profile, load_profile
 from harness.provenance import device_facts
@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         for scenario_id, run in runs.items():
             write_record(run.path, dataclasses.replace(records[scenario_id], origin=origin))
-            print(f"wrote {run.path.relative_to(REPO_ROOT)}")
+            print(f"wrote {shown(run.path)}")
         n = write_budget(profile, summary["budget"])
         print(f"set the budget of {n} scenario(s) in {profile.source_file}")
     return 0
