@@ -103,8 +103,8 @@ def _think_on_profiles(profiles: Path) -> Path:
     data = yaml.safe_load(path.read_text())
     data["scenarios"] = [s for s in data["scenarios"] if s["id"] == "think-on"]
     assert len(data["scenarios"]) == 1
-    # Its checks but eos_stop: think-on never stops, and a profile in which no run stops on its
-    # EOS ids has eos_stop "nothing exercised" (an ERROR row, harness/coverage.py).
+    # Its checks but eos_stop and detokenize (_L1): think-on walks neither's declared path, and a
+    # profile whose scenarios walk none has an ERROR row "nothing exercised" (harness/coverage.py).
     data["scenarios"][0]["checks"] = list(_L1)
     path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
     return profiles
@@ -124,7 +124,7 @@ def _render(report: ParityReport | dict, out: Path, waivers: list[Waiver] | None
 
 
 def _failing_variant(real: RealSignoff) -> dict:
-    """The real report with decode_logits failing (3 steps differ) and detokenize erroring."""
+    """The real report with decode_logits failing (3 steps differ) and greedy_tokens erroring."""
     data = copy.deepcopy(real.report.raw)
     data.pop("signoff")
     for r in data["results"]:
@@ -135,7 +135,7 @@ def _failing_variant(real: RealSignoff) -> dict:
                 if step["step"] in (5, 9, 20):
                     step.update(max_abs_diff=2.5e-05, max_ulp=17, n_differing=2)
             r["details"]["ulp_histogram"]["16-31"] = 6
-        if r["check"] == "detokenize":
+        if r["check"] == "greedy_tokens":
             r["outcome"], r["summary"] = "error", "golden unreadable <b>&</b>"
     data["context"]["harness_commit"] = "0000000"
     return data
@@ -164,7 +164,10 @@ def test_signoff_writes_the_four_files_for_a_real_run(real: RealSignoff) -> None
 
 
 # The defaults in table order, but eos_stop (see _think_on_profiles): what the cut think-on runs.
-_L1 = tuple(c for c in registry.defaults() if c != "eos_stop")
+# The default checks but those whose declared paths think-on alone does not walk (a profile cut to
+# it would have them "nothing exercised"): eos_stop (no run stops), detokenize (no last piece
+# is a finalize() flush).
+_L1 = tuple(c for c in registry.defaults() if c not in ("eos_stop", "detokenize"))
 
 
 def test_the_real_run_is_incomplete_against_the_whole_profile(real: RealSignoff, tmp_path: Path) -> None:
@@ -215,7 +218,7 @@ def test_junit_counts_match_the_report(real: RealSignoff, tmp_path: Path) -> Non
     assert (
         cases["decode_logits"].find("skipped").get("message").startswith("WAIVED by minicpm5-2b-mini/*/decode_logits")
     )
-    assert cases["detokenize"].find("error") is not None
+    assert cases["greedy_tokens"].find("error") is not None
 
 
 @pytest.mark.usefixtures("think_on")
@@ -226,7 +229,7 @@ def test_diff_against_the_previous_signoff(real: RealSignoff, tmp_path: Path) ->
     assert second.name == first.name + "-2"
     diff = json.loads((second / "report.json").read_text())["signoff"]["diff"]
     assert diff["previous"] == str(first / "report.json") and diff["previous_verdict"] == BLOCKED
-    assert diff["newly_passing"] == ["minicpm5-2b-mini/think-on/decode_logits", "minicpm5-2b-mini/think-on/detokenize"]
+    assert diff["newly_passing"] == [f"minicpm5-2b-mini/think-on/{c}" for c in ("decode_logits", "greedy_tokens")]
     assert diff["newly_failing"] == [] and diff["added"] == [] and diff["removed"] == []
     assert {c["key"]: (c["old"], c["new"]) for c in diff["provenance_changes"]} == {
         "harness_commit": ("0000000", real.report.harness_commit)
@@ -242,7 +245,7 @@ def test_diff_against_the_previous_signoff(real: RealSignoff, tmp_path: Path) ->
     assert diff["previous"] == str(fifth / "report.json")
     assert set(diff["newly_failing"]) == {
         "minicpm5-2b-mini/think-on/decode_logits",
-        "minicpm5-2b-mini/think-on/detokenize",
+        "minicpm5-2b-mini/think-on/greedy_tokens",
     }
     assert "Newly failing (2)" in (sixth / "index.html").read_text()
     assert "- newly failing (2): `minicpm5-2b-mini/think-on/decode_logits`" in (sixth / "summary.md").read_text()
@@ -368,7 +371,7 @@ def test_blocked_page_in_headless_chromium(real: RealSignoff, tmp_path: Path) ->
     )
     errors, probe, console = _probe(directory / "index.html", tmp_path)
     assert errors == [] and console == []
-    expected = {"decode_logits": "WAIVED", "detokenize": "ERROR"}  # what _failing_variant and the waiver did
+    expected = {"decode_logits": "WAIVED", "greedy_tokens": "ERROR"}  # what _failing_variant and the waiver did
     assert probe["cells"] == [expected.get(c, "PASS") for c in _L1]
     assert probe["rowsWhenFiltered"] == 1 and "BLOCKED" in probe["verdict"]
     assert "golden unreadable &lt;b&gt;&amp;&lt;/b&gt;" in (directory / "index.html").read_text()  # escaped
@@ -575,7 +578,7 @@ def test_cli_exit_codes_and_sign_offs_are_never_clobbered(real: RealSignoff, tmp
         yaml.safe_dump(
             [
                 {"check": f"minicpm5-2b-mini/think-on/{c}", "reason": "r", "owner": "o", "expires": "2099-01-01"}
-                for c in ("decode_logits", "detokenize")
+                for c in ("decode_logits", "greedy_tokens")
             ]
         )
     )
