@@ -280,20 +280,26 @@ def test_truncated_milliseconds_fail_the_writers_gate_only_where_the_path_is_wal
     """The audit's writer fault through the writers gate, the in-tree writers on the oracle's
     transcript: fox-pause-words' 4.02 s cue is written 00:04.019 (vtt) / 00:00:04,019 (srt);
     fox-words has no such time and passes."""
+    assert_truncation_caught_only_on_pause(_golden, PAUSE, WORDS, "04.020", "04.019")
+
+
+def assert_truncation_caught_only_on_pause(golden_of, pause: str, words: str, rounded: str, truncated: str) -> None:
+    """The writers gate under the truncation fault, the in-tree writers on each oracle transcript:
+    `pause` fails on vtt and srt at the cue `rounded` written `truncated`; `words` passes."""
     from harness.checks.writers import check_writers
     from harness.tools.mutant_faults_whisper import timestamp_ms_truncated
 
     with timestamp_ms_truncated():
         results = {
             sid: check_writers(t, t, f"{sid}.wav", {})
-            for sid in (PAUSE, WORDS)
-            for t in [_golden(sid).extra["transcript"]]
+            for sid in (pause, words)
+            for t in [golden_of(sid).extra["transcript"]]
         }
-    assert not results[PAUSE].passed, results[PAUSE].summary
-    assert {d.split(" ")[0] for d in results[PAUSE].details["differing"]} == {"vtt", "srt"}
-    assert "04.019" in results[PAUSE].details["first_diff"]["actual_line"]
-    assert "04.020" in results[PAUSE].details["first_diff"]["expected_line"]
-    assert results[WORDS].passed, results[WORDS].summary
+    assert not results[pause].passed, results[pause].summary
+    assert {d.split(" ")[0] for d in results[pause].details["differing"]} == {"vtt", "srt"}
+    assert truncated in results[pause].details["first_diff"]["actual_line"]
+    assert rounded in results[pause].details["first_diff"]["expected_line"]
+    assert results[words].passed, results[words].summary
 
 
 def test_the_faults_change_only_what_they_name() -> None:

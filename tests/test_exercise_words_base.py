@@ -98,17 +98,6 @@ def test_the_truncation_path_is_walked_by_fox_pause_words_only(cue_ms: dict[str,
 def test_truncated_milliseconds_fail_the_writers_gate_on_fox_pause_words() -> None:
     """The writer fault, the in-tree writers on the oracle's transcript: the 4.06 s cue is written
     00:04.059 (vtt) / 00:00:04,059 (srt); fox-words has no such time and passes."""
-    from harness.checks.writers import check_writers
-    from harness.tools.mutant_faults_whisper import timestamp_ms_truncated
+    from tests.test_exercise_words import assert_truncation_caught_only_on_pause
 
-    with timestamp_ms_truncated():
-        results = {
-            sid: check_writers(t, t, f"{sid}.wav", {})
-            for sid in (PAUSE, WORDS)
-            for t in [_golden(sid).extra["transcript"]]
-        }
-    assert not results[PAUSE].passed, results[PAUSE].summary
-    assert {d.split(" ")[0] for d in results[PAUSE].details["differing"]} == {"vtt", "srt"}
-    assert "04.059" in results[PAUSE].details["first_diff"]["actual_line"]
-    assert "04.060" in results[PAUSE].details["first_diff"]["expected_line"]
-    assert results[WORDS].passed, results[WORDS].summary
+    assert_truncation_caught_only_on_pause(_golden, PAUSE, WORDS, "04.060", "04.059")
