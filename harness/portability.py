@@ -147,10 +147,10 @@ class Resolution:
 
     def problems(self) -> list[str]:
         """What makes this resolution unusable for the harness, beyond resolving at all."""
-        from harness.runners.venvs import ORACLE_FAMILY
+        from harness.oracle.descriptor import ORACLES
 
-        oracle = self.pins.path.parent.name
-        family = ORACLE_FAMILY.get(oracle, "mlx")  # the project venv runs MLX
+        oracle = ORACLES.get(self.pins.path.parent.name)
+        family = oracle.family if oracle else "mlx"  # the project venv runs MLX
         out = []
         if self.pins.no_deps:
             return out

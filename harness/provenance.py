@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
-import json
 import platform
 import re
 import subprocess
 from dataclasses import asdict, dataclass
 
-from harness.errors import OracleError
-from harness.runners.venvs import OracleEnv, ensure_oracle_env, oracle_family
+from harness.oracle.descriptor import oracle_family
+from harness.oracle.venvs import TorchFacts, ensure_oracle_env, torch_facts
 
 # Name patterns of BLAS libraries, most specific first: the first one loaded wins.
 _BLAS_PATTERNS = (
@@ -101,14 +100,6 @@ class GoldenKey:
         return ", ".join(f"{k} {v}" for k, v in self.parts)
 
 
-@dataclass(frozen=True)
-class TorchFacts:
-    """Asked of a torch oracle's own interpreter."""
-
-    version: str
-    capability: str
-
-
 def mlx_key(facts: DeviceFacts) -> GoldenKey:
     if facts.backend == "gpu" and facts.os == "darwin":  # Metal
         parts = [("backend", "metal"), ("gpu", facts.gpu), ("macos", facts.os_version), ("mlx", facts.mlx)]
@@ -129,25 +120,6 @@ def torch_key(facts: DeviceFacts, torch: TorchFacts) -> GoldenKey:
         ("torch", torch.version),
     ]
     return GoldenKey("torch", tuple(parts))
-
-
-_TORCH_SNIPPET = (
-    "import json, torch\n"
-    "print(json.dumps({'version': torch.__version__, 'capability': torch.backends.cpu.get_cpu_capability()}))\n"
-)
-
-
-@functools.cache
-def torch_facts(env: OracleEnv) -> TorchFacts:
-    """The torch version and CPU capability of an oracle venv, in the environment its generator
-    runs in (so `ATEN_CPU_CAPABILITY` counts as it does for the goldens)."""
-    cmd, run_env = env.command("-c", _TORCH_SNIPPET)
-    out = subprocess.run(cmd, capture_output=True, text=True, env=run_env, check=False)
-    if out.returncode != 0:
-        raise OracleError(
-            f"oracle venv {env.root}: cannot ask torch for its CPU capability: {out.stderr.strip()[-500:]}"
-        )
-    return TorchFacts(**json.loads(out.stdout.strip().splitlines()[-1]))
 
 
 def golden_key(oracle: str) -> GoldenKey:

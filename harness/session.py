@@ -36,6 +36,7 @@ from harness.errors import (
 )
 from harness.goldens.lifecycle import GoldenLifecycle, runnable_spec
 from harness.goldens.store import Golden
+from harness.oracle.venvs import oracle_pins_hash
 from harness.paths import REPO_ROOT, shown
 from harness.profile import Profile, Scenario
 from harness.profile.load import find_profile
@@ -45,7 +46,6 @@ from harness.repeat import forced_run_repeats_free
 from harness.runners import InTreeRunner, ModelHook
 from harness.runners.llama import LlamaRunner
 from harness.runners.oracle import OracleRunner
-from harness.runners.venvs import oracle_pins_hash
 from harness.runners.whisper import WhisperRunner
 from harness.settings import flag
 from harness.timing import clock, in_tree_phase

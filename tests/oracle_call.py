@@ -21,7 +21,7 @@ def oracle_answer(oracle: str, script: str, job: Any, workdir: Path, timeout: fl
     The script is called as `oracle.py JOB OUT`: it reads `job` (as JSON) from JOB and writes
     its answer (JSON) to OUT. It runs in `workdir`, where it may find files the test put there.
     """
-    from harness.runners.venvs import ensure_oracle_env
+    from harness.oracle.venvs import ensure_oracle_env
 
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "job.json").write_text(json.dumps(job))

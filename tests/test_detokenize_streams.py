@@ -54,7 +54,7 @@ def _model_dir(model: str) -> Path:
 
 @pytest.mark.parametrize("model", _models())
 def test_the_oracle_and_the_in_tree_side_pick_corresponding_streams(model: str) -> None:
-    from harness.runners.venvs import ensure_oracle_env
+    from harness.oracle.venvs import ensure_oracle_env
     from models.universal.detokenize import stream_for, stream_of
     from models.universal.tokenizer import ChatTokenizer
 
@@ -191,7 +191,7 @@ print(json.dumps(out))
 def test_decoder_shapes_pick_the_stream_mlx_lm_picks_types_included() -> None:
     """mlx-lm matches tokenizer.json's decoder by exact shape, types included (True is not 1, a
     key more is another shape); the in-tree `stream_kind` must pick as it does, variant by variant."""
-    from harness.runners.venvs import ensure_oracle_env
+    from harness.oracle.venvs import ensure_oracle_env
     from models.universal.detokenize import stream_kind
 
     replace = {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}

@@ -119,3 +119,75 @@ def test_every_verb_of_python_m_harness_reaches_its_tool() -> None:
         [sys.executable, "-m", "harness", "vad", "--help"], capture_output=True, text=True, cwd=REPO_ROOT, check=False
     )
     assert out.returncode == 0 and out.stdout.startswith("usage: python -m harness vad"), out.stdout + out.stderr
+
+
+# -- the oracle seam (issue 32 part 1): harness/oracle/ alone starts an oracle's process ---------
+
+SEAM = HARNESS / "oracle"
+# The processes that are not an oracle's, each where it is started and why.
+OTHER_PROCESSES = {
+    "harness/goldens/lifecycle.py": "git: the harness commit recorded beside a golden",
+    "harness/provenance.py": "sysctl: a Mac's chip and OS facts",
+    "harness/portability.py": "uv pip compile: do the pins resolve on the other platforms",
+    "harness/artifacts/wheels.py": "pip download: the pinned wheel an artifact is read from",
+    "harness/signoff/cli.py": "make parity, once per model of the sign-off; sysctl",
+    "harness/tools/bench_common.py": "a benchmark side in the project's own interpreter",
+    "harness/tools/bench_paired.py": "benchmark workers in the project's own interpreter",
+}
+_PROCESS_MODULES = {"subprocess", "multiprocessing", "pty"}
+_OS_STARTS = ("system", "popen", "fork", "forkpty", "exec", "spawn", "posix_spawn")
+
+
+def _process_starts(path: Path) -> list[str]:
+    """Where `path` can start a process (an import of subprocess & co., os.system/exec*/spawn*),
+    and where it builds an oracle venv's command line itself (`<env>.command(...)`)."""
+    found = []
+    where = path.relative_to(REPO_ROOT)
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = {a.name.split(".")[0] for a in node.names} & _PROCESS_MODULES
+            found += [f"{where}:{node.lineno}: import {n}" for n in sorted(names)]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in _PROCESS_MODULES:
+            found.append(f"{where}:{node.lineno}: from {node.module} import ...")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner = node.func.value
+            if isinstance(owner, ast.Name) and owner.id == "os" and node.func.attr.startswith(_OS_STARTS):
+                found.append(f"{where}:{node.lineno}: os.{node.func.attr}()")
+            elif node.func.attr == "command":
+                found.append(f"{where}:{node.lineno}: an oracle venv's command line (.command())")
+    return found
+
+
+def test_no_process_is_started_outside_the_oracle_seam() -> None:
+    stray = []
+    for path in _modules().values():
+        if path.is_relative_to(SEAM):
+            continue
+        starts = _process_starts(path)
+        if str(path.relative_to(REPO_ROOT)) in OTHER_PROCESSES:
+            starts = [s for s in starts if ".command()" in s]  # its own processes, never an oracle's
+        stray += starts
+    assert not stray, (
+        "processes started outside harness/oracle/ (an oracle's script runs through OracleProcess; "
+        "another process is listed in OTHER_PROCESSES with why):\n" + "\n".join(stray)
+    )
+    for name in OTHER_PROCESSES:  # the list names only modules that still start something
+        assert _process_starts(REPO_ROOT / name), f"{name} starts no process: take it off OTHER_PROCESSES"
+
+
+def test_the_process_scan_finds_each_way_of_starting_one() -> None:
+    planted = REPO_ROOT / "harness" / "_planted_for_test.py"
+    try:
+        planted.write_text(
+            "import os\nimport subprocess as sp\nfrom multiprocessing import Process\n\n\n"
+            "def f(env):\n    os.system('true')\n    os.execv('/bin/true', [])\n    return env.command('x')\n"
+        )
+        assert _process_starts(planted) == [
+            "harness/_planted_for_test.py:2: import subprocess",
+            "harness/_planted_for_test.py:3: from multiprocessing import ...",
+            "harness/_planted_for_test.py:7: os.system()",
+            "harness/_planted_for_test.py:8: os.execv()",
+            "harness/_planted_for_test.py:9: an oracle venv's command line (.command())",
+        ]
+    finally:
+        planted.unlink()

@@ -111,7 +111,7 @@ def test_the_generator_exits_2_on_a_bad_spec_before_importing_torch(spec, tmp_pa
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     # The project venv has no torch: reaching an import of it would fail differently.
     out = subprocess.run(
-        ["python3", "-I", str(GENERATOR), "--spec", str(tmp_path / "spec.json"), "--out", str(tmp_path / "o")],
+        ["python3", "-I", str(GENERATOR), "--job", str(tmp_path / "spec.json"), "--out", str(tmp_path / "o")],
         capture_output=True,
         text=True,
         check=False,
@@ -213,7 +213,7 @@ print(json.dumps({
 
 
 def run_probe(model_dir: Path) -> subprocess.CompletedProcess:
-    from harness.runners.venvs import ensure_oracle_env
+    from harness.oracle.venvs import ensure_oracle_env
 
     env = ensure_oracle_env("openai-whisper")
     cmd, environ = env.command("-c", MAPPING_PROBE, str(GENERATOR.parent), str(model_dir))

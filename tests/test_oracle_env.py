@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from harness.errors import OracleError, OracleVersionError
+from harness.oracle.venvs import MLX_FREE_ORACLES, NODEPS_MARKER, OracleEnv, check_same_mlx, pins_hash, read_pins
 from harness.paths import oracles_dir
 from harness.runners.oracle import OracleRunner
-from harness.runners.venvs import MLX_FREE_ORACLES, NODEPS_MARKER, OracleEnv, check_same_mlx, pins_hash, read_pins
 from tests.conftest import write_profile
 from tests.fakes import fake_session
 
@@ -33,7 +33,7 @@ def test_oracle_with_other_mlx_is_refused_naming_both(tmp_path: Path) -> None:
 
 def test_generation_is_refused_before_the_generator_runs(tmp_path: Path) -> None:
     runner = OracleRunner("mlx-lm")
-    runner._env = fake_env(tmp_path / "venv", "0.31.0")
+    runner.process._env = fake_env(tmp_path / "venv", "0.31.0")
     with pytest.raises(OracleVersionError):
         runner.run(tmp_path, [{"id": "x"}])
 
@@ -62,7 +62,7 @@ def test_pins_change_the_venv_key_and_comments_do_not() -> None:
 
 def test_the_mlx_pin_is_checked_before_a_venv_is_built(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A wrong mlx pin is refused before minutes of pip, naming the file and both versions."""
-    import harness.runners.venvs as venvs
+    import harness.oracle.venvs as venvs
 
     tracked = {oracle: read_pins(oracle) for oracle in ("mlx-lm", "mlx-optiq", "mlx-whisper")}
     for oracle, pins in tracked.items():
@@ -115,7 +115,7 @@ def test_generator_imports_only_its_venv() -> None:
 
 
 def test_a_cuda_torch_resolution_is_refused_naming_the_cpu_wheel_index() -> None:
-    from harness.runners.venvs import cpu_wheel_index, refuse_cuda_torch
+    from harness.oracle.venvs import cpu_wheel_index, refuse_cuda_torch
 
     pins = oracles_dir() / "silero-vad" / "requirements.txt"
     assert cpu_wheel_index(pins) == "https://download.pytorch.org/whl/cpu"
@@ -135,7 +135,7 @@ def test_built_torch_venvs_hold_no_cuda(oracle: str) -> None:
     import json
     import subprocess
 
-    from harness.runners.venvs import _CUDA_PROBE, ensure_oracle_env, refuse_cuda_torch
+    from harness.oracle.venvs import _CUDA_PROBE, ensure_oracle_env, refuse_cuda_torch
 
     env = ensure_oracle_env(oracle)
     cmd, run_env = env.command("-c", _CUDA_PROBE)
@@ -145,7 +145,7 @@ def test_built_torch_venvs_hold_no_cuda(oracle: str) -> None:
 
 
 def test_a_venv_whose_interpreter_vanished_is_built_again(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import harness.runners.venvs as venvs
+    import harness.oracle.venvs as venvs
 
     built = []
     monkeypatch.setattr(venvs, "_build", lambda env: built.append(env.root))
@@ -154,3 +154,28 @@ def test_a_venv_whose_interpreter_vanished_is_built_again(isolated: Path, monkey
     (root / ".complete").write_text("x\n")  # finished once; its interpreter is gone since
     venvs.ensure_oracle_env("mlx-lm")
     assert built == [root] and not (root / ".complete").exists()
+
+
+def test_every_oracle_folder_has_a_descriptor_whose_scripts_take_one_command_line() -> None:
+    """One row per oracles/<name>/ folder; every script there is declared, exists, and parses
+    the one command line (`--job JOB.json --out DIR`, oracles/common/oracle_base.py)."""
+    from harness.oracle.descriptor import ORACLES
+
+    folders = {p.name for p in oracles_dir().iterdir() if (p / "requirements.txt").is_file()}
+    assert folders == set(ORACLES)
+    for name, oracle in ORACLES.items():
+        assert {p.name for p in (oracles_dir() / name).glob("*.py")} == set(oracle.scripts), name
+        for script in oracle.scripts:
+            text = oracle.script(script).read_text()
+            parses = ("base.job_and_out(", "base.read_job(", "base.parser(")
+            assert any(call in text for call in parses), f"{name}/{script}: not --job/--out"
+            assert "argparse" not in text, f"{name}/{script}: a command line of its own"
+
+
+def test_an_undeclared_script_or_oracle_is_an_error_naming_what_there_is() -> None:
+    from harness.oracle.descriptor import descriptor
+
+    with pytest.raises(OracleError, match=r"oracle mlx-lm has no script 'calibrate.py': it runs \['generate.py'"):
+        descriptor("mlx-lm").script("calibrate.py")
+    with pytest.raises(OracleError, match=r"unknown oracle 'llama-cpp': expected one of \['mlx-lm', "):
+        descriptor("llama-cpp")

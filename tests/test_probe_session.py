@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from harness.errors import InTreeRunError, OracleError
+from harness.oracle import process as process_module
+from harness.oracle.process import OWNER_FILE, sweep_stale_work_dirs
 from harness.progress import progress
 from harness.records import ScenarioRecord
-from harness.runners import oracle as oracle_module
-from harness.runners.oracle import OWNER_FILE, OracleRunner, sweep_stale_work_dirs
+from harness.runners.oracle import OracleRunner
 from harness.settings import FLAGS
 from tests.conftest import write_profile
 from tests.fakes import FakeOracle, fake_session
@@ -95,11 +96,11 @@ class _Env:
 
 def test_item9_a_generator_that_dies_is_said_failed_never_done(isolated: Path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("MLX_PARITY_QUIET", "0")
-    monkeypatch.setattr(oracle_module, "check_same_mlx", lambda env, mlx: None)
+    monkeypatch.setattr(process_module, "check_same_mlx", lambda env, mlx: None)
     runner = OracleRunner("mlx-lm")
-    runner._env = _Env("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    runner.process._env = _Env("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
     monkeypatch.setattr(progress.console, "file", sys.stderr)
-    with pytest.raises(OracleError, match=r"generator failed \(exit -9\)"):
+    with pytest.raises(OracleError, match=r"mlx-lm generate.py failed \(exit -9\)"):
         runner.run(isolated, [{"id": "plain"}])
     err = capsys.readouterr().err
     assert "generating goldens for plain: failed after" in err and ": done in" not in err, err
@@ -125,7 +126,7 @@ def test_item7_work_dirs_of_a_killed_harness_are_swept(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_item7_the_generator_dies_with_a_killed_harness(tmp_path: Path) -> None:
-    """A 'harness' process starts a generator the way OracleRunner does and is SIGKILLed."""
+    """A 'harness' process starts a script the way OracleProcess does and is SIGKILLed."""
     pid_file = tmp_path / "generator.pid"
     harness = subprocess.Popen(
         [
@@ -133,7 +134,7 @@ def test_item7_the_generator_dies_with_a_killed_harness(tmp_path: Path) -> None:
             "-c",
             textwrap.dedent(f"""\
                 import subprocess, sys
-                from harness.runners.oracle import _parent_death_signal
+                from harness.oracle.process import _parent_death_signal
                 subprocess.run([sys.executable, "-c",
                     "import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"],
                     preexec_fn=_parent_death_signal())

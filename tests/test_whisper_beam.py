@@ -286,8 +286,8 @@ OPTIONS = {"temperature": 0.0, "beam_size": 5, "fp16": False}
 @pytest.fixture(scope="module")
 def fox_oracle(tmp_path_factory) -> dict:
     from harness.artifacts.resolve import resolve_artifact
+    from harness.oracle.venvs import ensure_oracle_env
     from harness.profile.load import find_profile
-    from harness.runners.venvs import ensure_oracle_env
 
     model_dir = resolve_artifact(find_profile("whisper-tiny-en")).model_dir
     env = ensure_oracle_env("openai-whisper")
@@ -297,7 +297,7 @@ def fox_oracle(tmp_path_factory) -> dict:
         "scenarios": [{"id": "fox", "kind": "transcribe", "audio": str(FOX), "options": OPTIONS, "seed": 0}],
     }
     (out / "spec.json").write_text(json.dumps(spec))
-    cmd, environ = env.command(str(env.generator), "--spec", str(out / "spec.json"), "--out", str(out))
+    cmd, environ = env.command(str(env.generator), "--job", str(out / "spec.json"), "--out", str(out))
     run = subprocess.run(cmd, env=environ, capture_output=True, text=True, check=False)
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads((out / "result.json").read_text())

@@ -137,7 +137,7 @@ def test_the_generator_refuses_a_bad_spec_before_importing_mlx_whisper(spec: dic
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(json.dumps(spec))
     out = subprocess.run(
-        [sys.executable, "-I", str(GENERATOR), "--spec", str(spec_path), "--out", str(tmp_path / "out")],
+        [sys.executable, "-I", str(GENERATOR), "--job", str(spec_path), "--out", str(tmp_path / "out")],
         capture_output=True,
         text=True,
         check=False,

@@ -21,9 +21,9 @@ import pytest
 
 from harness.artifacts.resolve import resolve_artifact
 from harness.checks.compare import compare_json
+from harness.oracle.venvs import ensure_oracle_env
 from harness.paths import REPO_ROOT, profiles_dir
 from harness.profile.load import load_profile
-from harness.runners.venvs import ensure_oracle_env
 from models.whisper import timing
 from models.whisper.timing import WordTiming, dtw, median_filter, merge_punctuations
 from tests.conftest import WORD_OPTIONS, fox_words_golden

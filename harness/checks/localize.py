@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -26,11 +24,10 @@ from typing import Any
 import numpy as np
 
 from harness.checks.compare import VectorDiff, diff_vectors
-from harness.errors import OracleError
-from harness.paths import cache_root, oracles_dir
-from harness.progress import progress
+from harness.oracle.descriptor import descriptor
+from harness.oracle.process import OracleProcess
+from harness.paths import oracles_dir
 from harness.records import ScenarioRecord
-from harness.runners.venvs import ensure_oracle_env
 
 
 @dataclass
@@ -71,27 +68,15 @@ def module_taps() -> ModuleType:
 def can_localize(spec: dict[str, Any], oracle: str) -> bool:
     """Single-segment language-model scenarios (no draft model) against an oracle with a diagnose script."""
     single = all(spec.get(k) is None for k in ("turns", "batch", "composition", "audio", "draft"))
-    return single and (oracles_dir() / oracle / "diagnose.py").is_file()
+    return single and "diagnose.py" in descriptor(oracle).scripts
 
 
 def oracle_module_outputs(oracle: str, model_dir: Path, spec: dict[str, Any], row: int) -> dict[str, np.ndarray]:
-    env = ensure_oracle_env(oracle)
-    (cache_root() / "tmp").mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="diagnose-", dir=cache_root() / "tmp") as tmp:
-        work = Path(tmp)
-        (work / "spec.json").write_text(json.dumps({"model_dir": str(model_dir), "scenarios": [spec]}))
-        cmd, run_env = env.command(
-            str(oracles_dir() / oracle / "diagnose.py"),
-            *("--spec", str(work / "spec.json"), "--scenario", spec["id"], "--row", str(row), "--out", str(work)),
-        )
-        run_env["HF_HUB_OFFLINE"] = "1"
-        with progress.task(f"oracle {oracle}: module outputs of {spec['id']} row {row}"):
-            result = subprocess.run(cmd, capture_output=True, text=True, env=run_env, cwd=work, check=False)
-        if result.returncode != 0:
-            tail = "\n".join(result.stderr.strip().splitlines()[-10:])
-            raise OracleError(f"oracle {oracle} diagnose failed (exit {result.returncode}):\n{tail}")
-        order = json.loads((work / "modules.json").read_text())["order"]
-        with np.load(work / "modules.npz") as data:
+    job = {"model_dir": str(model_dir), "scenario": spec, "row": row}
+    task = f"oracle {oracle}: module outputs of {spec['id']} row {row}"
+    with OracleProcess(oracle).run("diagnose.py", job, task=task) as out:
+        order = json.loads((out / "modules.json").read_text())["order"]
+        with np.load(out / "modules.npz") as data:
             return {name: data[name] for name in order}
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
+import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -23,9 +23,9 @@ from typing import Any
 
 from harness.checks.compare import CheckResult
 from harness.errors import OracleError
-from harness.paths import cache_root, oracles_dir
+from harness.oracle.process import OracleProcess
+from harness.paths import cache_root
 from harness.progress import progress
-from harness.runners.venvs import ensure_oracle_env
 
 FORMATS = ("txt", "vtt", "srt", "tsv", "json")
 WORD_OPTIONS = frozenset({"max_line_width", "max_line_count", "highlight_words", "max_words_per_line"})
@@ -116,20 +116,9 @@ def write_oracle(
 ) -> None:
     """Every format of `transcript` by mlx-whisper's writers (in the oracle venv, one
     interpreter for all option sets), option set i into `out/i`."""
-    env = ensure_oracle_env("mlx-whisper")
-    out.mkdir(parents=True, exist_ok=True)
-    result_path = out.parent / f"{out.name}.transcript.json"
-    result_path.write_text(json.dumps(transcript), encoding="utf-8")
-    cmd, child_env = env.command(
-        str(oracles_dir() / "mlx-whisper" / "writers.py"),
-        *("--result", str(result_path), "--out", str(out), "--audio-name", audio_name),
-        *("--options", json.dumps([dict(options) for options in option_sets])),
-    )
-    child_env["HF_HUB_OFFLINE"] = "1"
-    result = subprocess.run(cmd, capture_output=True, text=True, env=child_env, check=False)
-    if result.returncode != 0:
-        tail = "\n".join(result.stderr.strip().splitlines()[-10:])
-        raise OracleError(f"oracle mlx-whisper writers failed (exit {result.returncode}):\n{tail}")
+    job = {"result": dict(transcript), "audio_name": audio_name, "options": [dict(options) for options in option_sets]}
+    with OracleProcess("mlx-whisper").run("writers.py", job) as written:
+        shutil.copytree(written, out, dirs_exist_ok=True)
 
 
 def read_outputs(out: Path, audio_name: str) -> dict[str, bytes]:

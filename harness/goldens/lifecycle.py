@@ -28,12 +28,13 @@ from harness.artifacts.requantize import requantized_provenance
 from harness.errors import ArtifactError, GoldenError, HarnessError, OracleError, OracleVersionError
 from harness.goldens.calibration import CalibrationRecord, golden_identity, read_record
 from harness.goldens.store import Golden, GoldenStatus, GoldenStore
+from harness.oracle.sources import common_sources
+from harness.oracle.venvs import MLX_FREE_ORACLES, oracle_pins_hash
 from harness.paths import REPO_ROOT, cache_root, goldens_dir, oracles_dir
 from harness.profile import Profile, Scenario
 from harness.progress import progress
 from harness.provenance import device_facts, golden_key
 from harness.records import ScenarioRecord, array_sha256
-from harness.runners.venvs import MLX_FREE_ORACLES, common_sources, oracle_pins_hash
 from harness.settings import flag
 from harness.timing import clock, oracle_phase
 

@@ -23,11 +23,12 @@ from harness.errors import (
 )
 from harness.fileio import atomic_write_json
 from harness.goldens.store import GoldenStore, provenance_differences
+from harness.oracle.sources import common_sources
+from harness.oracle.venvs import OracleEnv, ensure_oracle_env, oracle_pins_hash
 from harness.paths import FIXTURES_DIR, cache_root, goldens_dir, shown
 from harness.profile.vad import VAD_TIER, VadProfile, available_vad_profiles, load_vad_profile
 from harness.provenance import device_facts, golden_key
 from harness.runners.vad import run_oracle
-from harness.runners.venvs import OracleEnv, ensure_oracle_env, oracle_pins_hash
 
 
 @dataclass
@@ -57,6 +58,7 @@ def oracle_provenance(profile: VadProfile, env: OracleEnv, versions: dict[str, A
         "wheel_sha256": profile.artifact.wheel_sha256,
         "model_sha256": profile.artifact.sha256,
         "generator_sha256": sha256_file(env.generator),
+        "common_sha256": {name: sha256_file(path) for name, path in common_sources(env.name).items()},
         "pins_hash": env.pins_hash,
         "device": golden_key(profile.oracle).as_dict(),
         "fixture": fixture,
@@ -137,7 +139,7 @@ def _generate(
 ) -> dict[str, OracleResult]:
     results = {}
     with tempfile.TemporaryDirectory(prefix="silero-vad-oracle-") as tmp:
-        run_oracle(env, Path(tmp), [FIXTURES_DIR / f for f in todo], profile.timestamp_options)
+        run_oracle(env.name, Path(tmp), [FIXTURES_DIR / f for f in todo], profile.timestamp_options)
         for fixture, (provenance, expect_blob) in todo.items():
             stem = Path(fixture).stem
             record = json.loads((Path(tmp) / f"{stem}.json").read_text())

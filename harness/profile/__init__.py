@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from harness.checks import registry
 from harness.errors import ProfileError
+from harness.oracle.descriptor import COMPOSED_ORACLE, ORACLES
 from harness.paths import REPO_ROOT
 from harness.profile.bounds import _check_budget, _check_counts, _check_message
 from harness.profile.draft import draft_spec
@@ -24,15 +25,12 @@ CheckName = Literal[tuple(registry.CHECKS)]  # type: ignore[valid-type]
 # reference path, within a budget whose every counted difference is explained.
 INTREE_COMPOSITIONS = {"whisper": ("whisper-fast",)}
 GENERATION_OPTIONS = ("forced_prefix", "kv_bits", "kv_group_size", "quantized_kv_start", "max_kv_size")
-ORACLES_BY_IMPLEMENTATION = {
-    "universal-llama": ("mlx-lm", "mlx-optiq"),
-    "whisper": ("mlx-whisper", "openai-whisper"),
-}
 # At most this many decode steps per run (per turn, per row): the profiles use up to 32; a
 # typo like 1000000000 would otherwise run (and write goldens) for days.
-# The oracle that judges composed (L2) paths: mlx-lm with optiq's runtime patches.
-COMPOSED_ORACLE = "mlx-optiq"
-OracleName = Literal["mlx-lm", "mlx-optiq", "mlx-whisper", "openai-whisper"]
+# The oracles a language-model or speech profile may name (harness/oracle/descriptor.py).
+OracleName = Literal[  # type: ignore[valid-type]
+    tuple(name for name, o in ORACLES.items() if {"universal-llama", "whisper"} & set(o.serves))
+]
 
 
 @dataclass(frozen=True)

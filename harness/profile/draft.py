@@ -17,6 +17,7 @@ import dataclasses
 from typing import Any
 
 from harness.errors import ProfileError
+from harness.oracle.descriptor import with_feature
 
 # The recipe of a `requantize` draft, in its scenario hash and cache key: bump it whenever
 # harness/artifacts/requantize.py would write other bytes for the same source and settings.
@@ -105,9 +106,10 @@ def check_draft_scenario(profile: Any, s: Any, where: str) -> None:
     used = [k for k in ("forced_prefix", "kv_bits", "max_kv_size") if getattr(s, k) is not None]
     if used:
         raise ProfileError(f"{where}.draft: {used} are not options of the draft run (greedy, plain KV caches)")
-    if profile.oracle_of(s) != "mlx-lm":
+    if profile.oracle_of(s) not in with_feature("draft"):
         raise ProfileError(
-            f"{where}.draft: judged against mlx-lm's speculative_generate_step, not {profile.oracle_of(s)}"
+            f"{where}.draft: judged against {' or '.join(with_feature('draft'))}'s speculative_generate_step, "
+            f"not {profile.oracle_of(s)}"
         )
     allowed = draft_checks()
     bad = [c for c in profile.checks(s) if c not in allowed]

@@ -12,14 +12,14 @@ from typing import Any, Literal, Union
 
 from harness.checks import registry
 from harness.errors import ProfileError, UnknownModelError
+from harness.oracle.descriptor import MLX_FREE_ORACLES, oracles_serving, with_feature
 from harness.paths import REPO_ROOT, profiles_dir
-from harness.profile import INTREE_COMPOSITIONS, ORACLES_BY_IMPLEMENTATION, Profile
+from harness.profile import INTREE_COMPOSITIONS, Profile
 from harness.profile.bounds import MAX_STEPS
 from harness.profile.draft import check_draft_scenario
 from harness.profile.inputs import check_wav, read_yaml
 from harness.profile.quality import check_quality
 from harness.profile.response import check_response_scenario
-from harness.runners.venvs import MLX_FREE_ORACLES
 
 
 def _type_name(tp: Any) -> str:
@@ -159,7 +159,7 @@ def load_profile(path: Path) -> Profile:
 def _check_profile(profile: Profile) -> None:
     if not profile.scenarios:
         raise ProfileError("scenarios: expected at least one scenario")
-    allowed_oracles = ORACLES_BY_IMPLEMENTATION[profile.implementation]
+    allowed_oracles = oracles_serving(profile.implementation)
     allowed_checks = registry.of(profile.implementation)
     if profile.oracle != allowed_oracles[0]:
         raise ProfileError(
@@ -194,8 +194,11 @@ def _check_profile(profile: Profile) -> None:
             raise ProfileError(f"{where}.checks: compiled_decode runs plain and chat scenarios only")
         if s.stop is not None and (s.kind not in ("plain", "chat") or s.turns or s.composition):
             raise ProfileError(f"{where}.stop: only plain and chat scenarios stop at EOS (as mlx-lm's generate)")
-        if s.stop is not None and profile.oracle_of(s) != "mlx-lm":
-            raise ProfileError(f"{where}.stop: judged against mlx-lm's stream_generate, not {profile.oracle_of(s)}")
+        if s.stop is not None and profile.oracle_of(s) not in with_feature("stop"):
+            raise ProfileError(
+                f"{where}.stop: judged against {' or '.join(with_feature('stop'))}'s stream_generate, "
+                f"not {profile.oracle_of(s)}"
+            )
         eager_only = [k for k in ("kv_bits", "max_kv_size") if getattr(s, k) is not None]
         if "compiled_decode" in profile.checks(s) and eager_only:
             raise ProfileError(

@@ -26,11 +26,11 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from harness.errors import ProfileError
+from harness.oracle.descriptor import COMPOSED_ORACLE, quality_oracle
 from harness.profile.draft import validate_requantize
 
 KV_BITS = (2, 3, 4, 5, 6, 8)  # mx.quantize's affine bits: what mlx-lm's QuantizedKVCache takes
 KV_GROUP_SIZES = (32, 64, 128)
-QUALITY_ORACLES = {"universal-llama": "mlx-lm", "whisper": "mlx-whisper"}
 # Compositions mlx-lm alone cannot run (its RotatingKVCache.to_quantized raises "NYI"; mixed
 # precision is optiq's hook): measured in the mlx-optiq venv, mlx-lm with optiq's runtime.
 OPTIQ_KINDS = ("rotating_quantized_kv", "mixed_kv")
@@ -96,7 +96,7 @@ class KVSetting:
 
     @property
     def oracle(self) -> str:
-        return "mlx-optiq" if self.kind in OPTIQ_KINDS else "mlx-lm"
+        return COMPOSED_ORACLE if self.kind in OPTIQ_KINDS else quality_oracle("universal-llama")
 
     def composition(self) -> dict[str, Any] | None:
         """The L2 composition dict (models/universal/composed) of an optiq setting, else None."""
@@ -231,7 +231,7 @@ class QualityPair:
     @property
     def oracle_of_llm(self) -> str:
         """The venv that measures a language-model pair: mlx-optiq for its compositions, else mlx-lm."""
-        return self.candidate.kv.oracle if self.candidate.kv else "mlx-lm"
+        return self.candidate.kv.oracle if self.candidate.kv else quality_oracle("universal-llama")
 
 
 @dataclass(frozen=True)

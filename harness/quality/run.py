@@ -16,9 +16,10 @@ from typing import Any
 from harness import HARNESS_VERSION
 from harness.artifacts.files import sha256_file
 from harness.errors import HarnessError, ProfileError
+from harness.oracle.descriptor import quality_oracle
 from harness.paths import REPO_ROOT
 from harness.profile import Profile
-from harness.profile.quality import QUALITY_ORACLES, QualityPair, Thresholds
+from harness.profile.quality import QualityPair, Thresholds
 from harness.progress import progress
 from harness.quality import store
 from harness.quality.intree import CrossCheck, compare, encode_corpus, measure_intree
@@ -269,7 +270,7 @@ def _measure_whisper(profile, pair, where, control, on_progress) -> PairResult:
     summary = summarize_whisper(results)
     return PairResult(
         pair=pair,
-        oracle=QUALITY_ORACLES["whisper"],
+        oracle=quality_oracle("whisper"),
         control=control,
         candidate=candidate,
         summary=summary,
@@ -285,11 +286,12 @@ def speech_oracle_facts(layer: Any) -> dict[str, Any]:
     """What a speech pair's numbers depend on beyond its sides and fixtures: mlx-whisper's pins and
     quality script (with the common modules it loads), the device, and the measurement layer and
     in-tree Whisper sources (the cross-check is cached with the pair)."""
+    from harness.oracle.sources import common_sources, script_sources
+    from harness.oracle.venvs import oracle_pins_hash
     from harness.paths import oracles_dir
     from harness.provenance import golden_key
-    from harness.runners.venvs import common_sources, oracle_pins_hash
 
-    oracle = QUALITY_ORACLES["whisper"]
+    oracle = quality_oracle("whisper")
     script = oracles_dir() / oracle / "quality.py"
     layer_file = getattr(layer, "__file__", None)
     layer_sources = sorted(Path(layer_file).parent.glob("whisper*.py")) if layer_file else []
@@ -299,6 +301,9 @@ def speech_oracle_facts(layer: Any) -> dict[str, Any]:
         "pins_hash": oracle_pins_hash(oracle),
         "script_sha256": sha256_file(script) if script.is_file() else None,
         "common_sha256": {n: sha256_file(p) for n, p in common_sources(oracle, "quality.py").items()}
+        if script.is_file()
+        else {},
+        "runs_sha256": {n: sha256_file(p) for n, p in script_sources(oracle, "quality.py").items()}
         if script.is_file()
         else {},
         "device": golden_key(oracle).as_dict(),

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,14 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from harness.errors import HarnessError, OracleError, RecordError
-from harness.paths import REPO_ROOT, cache_root
-from harness.provenance import device_facts
+from harness.errors import HarnessError, RecordError
+from harness.oracle.process import OracleProcess
+from harness.paths import REPO_ROOT
 from harness.quality.whisper_candidate import build_whisper_candidate
 from harness.quality.whisper_intree import InTreePair, ModelHook, compare
 from harness.quality.whisper_metrics import word_errors
-from harness.runners.oracle import OracleRunner
-from harness.runners.venvs import check_same_mlx
 from harness.timing import clock
 
 __all__ = ["WhisperFixtureQuality", "build_whisper_candidate", "measure_whisper_pair"]
@@ -121,11 +117,10 @@ def run_oracle(
     control_dir: Path, candidate_dir: Path, fixtures: dict[str, Path], options: dict[str, Any]
 ) -> dict[str, dict[str, Any]]:
     """Launch the quality entry script in the mlx-whisper venv; its record per fixture id."""
-    runner = OracleRunner(ORACLE)
-    env = runner.env
+    process = OracleProcess(ORACLE)
     with clock.phase("venv"):
-        check_same_mlx(env, device_facts().mlx)
-    spec = {
+        process.check_versions()
+    job = {
         "control_dir": str(control_dir),
         "candidate_dir": str(candidate_dir),
         "scenarios": [
@@ -133,22 +128,10 @@ def run_oracle(
             for fid, path in fixtures.items()
         ],
     }
-    (cache_root() / "tmp").mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="quality-", dir=cache_root() / "tmp") as tmp:
-        work = Path(tmp)
-        (work / "spec.json").write_text(json.dumps(spec, indent=1))
-        out = work / "out"
-        script = env.generator.with_name(QUALITY_SCRIPT)
-        cmd, environ = env.command(str(script), "--spec", str(work / "spec.json"), "--out", str(out))
-        environ["HF_HUB_OFFLINE"] = "1"
-        with clock.phase("oracle quality"):
-            result = subprocess.run(cmd, capture_output=True, text=True, env=environ, cwd=work, check=False)
-        if result.returncode != 0:
-            tail = "\n".join(result.stderr.strip().splitlines()[-20:])
-            raise OracleError(f"oracle {ORACLE} quality run failed (exit {result.returncode}):\n{tail}")
+    with clock.phase("oracle quality"), process.run(QUALITY_SCRIPT, job) as out:
         try:
             data = json.loads((out / "result.json").read_text())
-            runner._check_environment(data.get("environment", {}))
+            process.check_environment(data.get("environment", {}))
             records = data["fixtures"]
             for fid in fixtures:
                 for name in ("kl", "control_top1", "candidate_top1"):

@@ -4,30 +4,23 @@ streaming pieces; a float64 numpy yardstick for the tolerance (not a gate).
 
 from __future__ import annotations
 
-import json
-import subprocess
+import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from harness.errors import (
-    OracleError,
-)
-from harness.progress import progress
-from harness.runners.venvs import OracleEnv
+from harness.oracle.process import OracleProcess
 
 STREAM_PIECES = (1000, 37, 512, 1500, 300)  # samples per feed() call, cycled
 
 
-def run_oracle(env: OracleEnv, out: Path, wavs: list[Path], option_sets: dict[str, Any], repeat: int = 1) -> None:
-    cmd, run_env = env.command(
-        str(env.generator), "--out", str(out), "--options", json.dumps(option_sets), "--repeat", str(repeat)
-    )
-    with progress.task(f"silero-vad oracle on {len(wavs)} fixture(s)"):
-        result = subprocess.run([*cmd, *map(str, wavs)], capture_output=True, text=True, env=run_env, check=False)
-    if result.returncode != 0:
-        raise OracleError(f"{env.generator} failed (exit {result.returncode}):\n{result.stderr.strip()[-2000:]}")
+def run_oracle(oracle: str, out: Path, wavs: list[Path], option_sets: dict[str, Any], repeat: int = 1) -> None:
+    """The silero-vad package on `wavs` (its generate.py in the oracle venv): `<stem>.json` and
+    `<stem>.probs.npy` per WAV into `out`."""
+    job = {"wavs": [str(w) for w in wavs], "options": option_sets, "repeat": repeat}
+    with OracleProcess(oracle).run("generate.py", job, task=f"silero-vad oracle on {len(wavs)} fixture(s)") as written:
+        shutil.copytree(written, out, dirs_exist_ok=True)
 
 
 def _stream_pieces(n: int) -> list[int]:

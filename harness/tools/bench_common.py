@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.fileio import atomic_write_bytes
-from harness.paths import REPO_ROOT, cache_root, oracles_dir, reports_dir
+from harness.paths import REPO_ROOT, cache_root, reports_dir
 from harness.profile import Profile
 from harness.provenance import device_facts
 
@@ -35,13 +35,11 @@ def write_job(directory: Path, prompt_ids: list[int], steps: int, repeats: int) 
 
 def oracle_runs(profile: Profile, model_dir: Path, job: Path) -> dict[str, Any]:
     """The oracle's own decode loop, timed in its venv (`python -I`: the repository is not importable there)."""
-    from harness.runners.venvs import ensure_oracle_env
+    from harness.oracle.process import OracleProcess
 
-    env = ensure_oracle_env(profile.oracle)
-    script = oracles_dir() / profile.oracle / "bench.py"
-    cmd, child_env = env.command(str(script), "--model-dir", str(model_dir), "--ids", str(job))
-    child_env["HF_HUB_OFFLINE"] = "1"
-    return json.loads(run_command(cmd, env=child_env, cwd=job.parent).stdout.strip().splitlines()[-1])
+    orders = json.loads(job.read_text()) | {"model_dir": str(model_dir)}
+    with OracleProcess(profile.oracle).run("bench.py", orders) as out:
+        return json.loads((out / "result.json").read_text())
 
 
 def machine(load_before: list[float]) -> dict[str, Any]:

@@ -34,7 +34,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.paths import oracles_dir
 from harness.profile import Profile
 from harness.progress import progress
 from harness.provenance import device_facts
@@ -55,8 +54,6 @@ from harness.tools.bench_paired import Worker, fmt, paired_rounds, ratio_stats, 
 
 def workers(profile: Profile, model_dir: Path, job: Path, variant: str, oracle: bool) -> list[Worker]:
     """The sides, each a process of its own (harness.tools.bench_paired), started in parallel."""
-    from harness.runners.venvs import ensure_oracle_env
-
     root = Path(__file__).resolve().parents[2]
     intree = [sys.executable, "-m", "harness.tools.bench_worker", "--model-dir", str(model_dir), "--ids", str(job)]
     sides = [
@@ -64,10 +61,7 @@ def workers(profile: Profile, model_dir: Path, job: Path, variant: str, oracle: 
         Worker("compiled", [*intree, "--side", "compiled", "--variant", variant], dict(os.environ), root),
     ]
     if oracle:
-        env = ensure_oracle_env(profile.oracle)
-        script = oracles_dir() / profile.oracle / "bench.py"
-        cmd, child_env = env.command(str(script), "--model-dir", str(model_dir), "--ids", str(job), "--serve")
-        sides.append(Worker("mlx_lm", cmd, child_env | {"HF_HUB_OFFLINE": "1"}, job.parent))
+        sides.append(Worker.oracle("mlx_lm", profile.oracle, "bench.py", job, model_dir))
     return sides
 
 

@@ -35,7 +35,6 @@ from typing import Any
 
 from harness.errors import HarnessError
 from harness.fileio import atomic_write_bytes
-from harness.paths import oracles_dir
 from harness.progress import progress
 from harness.tools.bench_common import bench_prompt, loadavg, machine, scratch_dir, write_result
 from harness.tools.bench_kv_budget import alone_s, plan_cell
@@ -61,16 +60,11 @@ def context_prompt(ids: list[int], context: int) -> list[int]:
 
 
 def workers(config: KVConfig, model_dir: Path, job: Path, oracle: bool) -> list[Worker]:
-    from harness.runners.venvs import ensure_oracle_env
-
     root = Path(__file__).resolve().parents[2]
     intree = [sys.executable, "-m", "harness.tools.bench_kv_worker", "--model-dir", str(model_dir), "--job", str(job)]
     sides = [Worker("in-tree", intree, dict(os.environ), root)]
     if oracle:
-        env = ensure_oracle_env(config.oracle)
-        script = oracles_dir() / config.oracle / "bench_kv.py"
-        cmd, child_env = env.command(str(script), "--model-dir", str(model_dir), "--job", str(job))
-        sides.append(Worker(config.oracle, cmd, child_env | {"HF_HUB_OFFLINE": "1"}, job.parent))
+        sides.append(Worker.oracle(config.oracle, config.oracle, "bench_kv.py", job, model_dir))
     return sides
 
 

@@ -20,6 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
+from harness.oracle.process import OracleProcess
+
+ANSWER_KEYS = ("prefill_s", "decode_s", "peak_bytes")
 
 
 class Worker:
@@ -31,15 +34,29 @@ class Worker:
         cmd: list[str],
         env: dict[str, str],
         cwd: Path,
-        answer_keys: tuple[str, ...] = ("prefill_s", "decode_s", "peak_bytes"),
+        answer_keys: tuple[str, ...] = ANSWER_KEYS,
+        proc: subprocess.Popen[str] | None = None,
     ):
+        """An in-tree side: `cmd` in the project's interpreter (or an oracle's `proc`, see `oracle`)."""
         self.name = name
         self.cmd = cmd
         self.answer_keys = answer_keys  # what every `run` answer must hold
-        self.proc = subprocess.Popen(
+        self.proc = proc or subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd
         )
         self.ready: dict[str, Any] = {}
+
+    @classmethod
+    def oracle(
+        cls, name: str, oracle: str, script: str, job: Path, model_dir: Path, answer_keys: tuple[str, ...] = ANSWER_KEYS
+    ) -> Worker:
+        """An oracle's side: its `script --serve` (harness/oracle/process.py) on the sides'
+        common job file plus the model directory, in a work folder beside that file."""
+        work = job.parent / f"oracle-{name}"
+        work.mkdir(exist_ok=True)
+        orders = json.loads(job.read_text()) | {"model_dir": str(model_dir)}
+        proc = OracleProcess(oracle).serve(script, orders, work)
+        return cls(name, [str(a) for a in proc.args], {}, work, answer_keys, proc=proc)
 
     def _line(self) -> dict[str, Any]:
         assert self.proc.stdout is not None

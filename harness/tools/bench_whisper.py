@@ -29,7 +29,8 @@ import wave
 from pathlib import Path
 from typing import Any
 
-from harness.paths import REPO_ROOT, oracles_dir
+from harness.oracle.process import OracleProcess
+from harness.paths import REPO_ROOT
 from harness.progress import progress
 from harness.tools.bench_common import loadavg, machine, machine_line, scratch_dir, write_result
 from harness.tools.bench_paired import Worker, paired_rounds, spread
@@ -50,12 +51,7 @@ def workers(model_dir: Path, job: Path, paths: list[str]) -> list[Worker]:
     sides = []
     for path in paths:
         if path == "mlx-whisper":
-            from harness.runners.venvs import ensure_oracle_env
-
-            env = ensure_oracle_env("mlx-whisper")
-            script = oracles_dir() / "mlx-whisper" / "bench.py"
-            cmd, child_env = env.command(str(script), "--model-dir", str(model_dir), "--job", str(job), "--serve")
-            sides.append(Worker(path, cmd, child_env | {"HF_HUB_OFFLINE": "1"}, job.parent, ANSWER_KEYS))
+            sides.append(Worker.oracle(path, "mlx-whisper", "bench.py", job, model_dir, ANSWER_KEYS))
         else:
             cmd = [sys.executable, "-m", "harness.tools.bench_whisper_worker", "--model-dir", str(model_dir)]
             cmd += ["--job", str(job), "--path", path]
@@ -70,18 +66,13 @@ def profiles(model_dir: Path, job: Path, paths: list[str], repeats: int) -> dict
     measured = {}
     for path in paths:
         if path == "mlx-whisper":
-            from harness.runners.venvs import ensure_oracle_env
-
-            env = ensure_oracle_env("mlx-whisper")
-            script = oracles_dir() / "mlx-whisper" / "bench.py"
-            cmd, child_env = env.command(
-                str(script), "--model-dir", str(model_dir), "--job", str(job), "--profile", str(repeats)
-            )
-            out = run_command(cmd, env=child_env | {"HF_HUB_OFFLINE": "1"}, cwd=job.parent)
-        else:
-            cmd = [sys.executable, "-m", "harness.tools.bench_whisper_worker", "--model-dir", str(model_dir)]
-            cmd += ["--job", str(job), "--path", path, "--profile", str(repeats)]
-            out = run_command(cmd, env=dict(os.environ), cwd=REPO_ROOT)
+            orders = json.loads(job.read_text()) | {"model_dir": str(model_dir), "profile": repeats}
+            with OracleProcess("mlx-whisper").run("bench.py", orders) as written:
+                measured[path] = json.loads((written / "result.json").read_text())["profile"]
+            continue
+        cmd = [sys.executable, "-m", "harness.tools.bench_whisper_worker", "--model-dir", str(model_dir)]
+        cmd += ["--job", str(job), "--path", path, "--profile", str(repeats)]
+        out = run_command(cmd, env=dict(os.environ), cwd=REPO_ROOT)
         measured[path] = json.loads(out.stdout.strip().splitlines()[-1])["profile"]
     return measured
 

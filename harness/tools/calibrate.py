@@ -30,7 +30,6 @@ import datetime as dt
 import json
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -41,14 +40,14 @@ import numpy as np
 from harness.artifacts.files import sha256_file
 from harness.checks.token_budget import token_differences
 from harness.checks.tokens import is_near_tie, margin_shift
-from harness.errors import HarnessError, OracleError
+from harness.errors import HarnessError
 from harness.fileio import atomic_write_bytes
 from harness.goldens.calibration import CalibrationRecord, golden_identity, write_record
-from harness.paths import REPO_ROOT, cache_root, oracles_dir, shown
+from harness.oracle.process import OracleProcess
+from harness.paths import REPO_ROOT, cache_root, shown
 from harness.profile import Profile
 from harness.profile.load import find_profile, load_profile
 from harness.provenance import device_facts
-from harness.runners.venvs import check_same_mlx, ensure_oracle_env
 
 DEFAULT_VARIANTS = ("no-compile", "batch2")
 
@@ -141,22 +140,16 @@ def require_ffmpeg(which: Any = None) -> None:
 
 
 def run_oracle(profile: Profile, model_dir: Path, clips: list[tuple[str, str]], variants: list[str], out: Path):
-    env = ensure_oracle_env(profile.oracle)
-    check_same_mlx(env, device_facts().mlx)
-    spec = {
+    process = OracleProcess(profile.oracle)
+    process.check_versions()
+    job = {
         "model_dir": str(model_dir),
         "clips": [{"id": cid, "audio": str(REPO_ROOT / audio)} for cid, audio in clips],
         "options": dict(profile.defaults.options) | {"temperature": 0.0},
         "variants": variants,
     }
-    spec_path = out / "spec.json"
-    spec_path.write_text(json.dumps(spec))
-    cmd, environ = env.command(
-        str(oracles_dir() / profile.oracle / "calibrate.py"), "--spec", str(spec_path), "--out", str(out)
-    )
-    proc = subprocess.run(cmd, env=environ | {"HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise OracleError(f"calibration in the {profile.oracle} venv failed:\n{proc.stderr[-3000:]}")
+    with process.run("calibrate.py", job, task=f"calibration in the {profile.oracle} venv") as written:
+        shutil.copytree(written, out, dirs_exist_ok=True)
     return json.loads((out / "result.json").read_text())
 
 

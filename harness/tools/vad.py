@@ -24,17 +24,15 @@ from harness.goldens.vad import ensure_goldens
 from harness.paths import FIXTURES_DIR
 from harness.profile.vad import VadProfile, load_vad_profile
 from harness.runners.vad import float64_probabilities, run_oracle, streaming_probabilities
-from harness.runners.venvs import ensure_oracle_env
 
 
 def bench(profile: VadProfile, model: Any, weights_dir: Path, fixtures: list[str], repeat: int = 3) -> list[dict]:
     """Chunks per second: MLX batch, MLX streaming (one 512-sample chunk per call), the package."""
     from models.vad import read_wav
 
-    env = ensure_oracle_env(profile.oracle)
     rows = []
     with tempfile.TemporaryDirectory(prefix="silero-vad-bench-") as tmp:
-        run_oracle(env, Path(tmp), [FIXTURES_DIR / f for f in fixtures], {"default": {}}, repeat=repeat)
+        run_oracle(profile.oracle, Path(tmp), [FIXTURES_DIR / f for f in fixtures], {"default": {}}, repeat=repeat)
         for fixture in fixtures:
             audio = read_wav(FIXTURES_DIR / fixture)
             record = json.loads((Path(tmp) / f"{Path(fixture).stem}.json").read_text())

@@ -1,5 +1,6 @@
-"""What the oracle scripts share: a command line of required paths, and the environment block
-(versions, device, BLAS) reported beside the goldens and timings.
+"""What the oracle scripts share: the one command line of every script (`--job JOB.json --out
+DIR`, as harness/oracle/process.py runs them), and the environment block (versions, device,
+BLAS) reported beside the goldens and timings.
 
 Standard library only at import (mlx is imported inside `mlx_environment`); the scripts load
 this file by path, since their venvs do not have this repository on sys.path.
@@ -7,16 +8,35 @@ this file by path, since their venvs do not have this repository on sys.path.
 
 import argparse
 import importlib.metadata
+import json
 import platform
 from pathlib import Path
 
 
-def path_parser(*flags):
-    """An argument parser where each of `flags` (e.g. "--spec") is a required path."""
-    parser = argparse.ArgumentParser()
-    for flag in flags:
-        parser.add_argument(flag, required=True, type=Path)
+def parser(description=None, serve=False):
+    """The command line of every oracle script: `--job` (what it is asked: a JSON object the
+    harness wrote) and `--out` (an existing folder for what it answers). A benchmark worker
+    also takes `--serve`: it then answers one JSON line on stdout per `run` line on stdin."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--job", required=True, type=Path, help="what to do: a JSON object")
+    parser.add_argument("--out", required=True, type=Path, help="where the results go: a folder")
+    if serve:
+        parser.add_argument("--serve", action="store_true", help="answer `run` lines on stdin (paired rounds)")
     return parser
+
+
+def read_job(args):
+    """(the job as a dict, the out folder, made if absent) of parsed `args`."""
+    job = json.loads(args.job.read_text(encoding="utf-8"))
+    if not isinstance(job, dict):
+        raise SystemExit(f"--job {args.job}: expected a JSON object, got {type(job).__name__}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    return job, args.out
+
+
+def job_and_out(description=None):
+    """Parse the command line: (job, out folder)."""
+    return read_job(parser(description).parse_args())
 
 
 def loaded_libraries():

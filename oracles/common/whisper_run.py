@@ -1,6 +1,7 @@
 """What the whisper oracle generators (mlx-whisper, openai-whisper) share around a transcription:
-the run-time patching, the WAV reading, transcribe's defaults and silence skip, the per-call
-and per-scenario records, the run-twice-and-write loop and the audio part of the environment.
+the run-time patching, the WAV reading, transcribe's defaults and silence skip, the checks of what
+a capture (whisper_capture.py) recorded, the per-call and per-scenario records, the
+run-twice-and-write loop and the audio part of the environment.
 
 Standard library only at import (numpy is imported inside the functions that need it; every
 oracle venv has it); the generators load this file by path.
@@ -30,25 +31,8 @@ def patched(patches):
             setattr(owner, name, value)
 
 
-class CaptureState:
-    """What one transcription computed, as a library's wrappers record it."""
-
-    def __init__(self):
-        self.mel = []  # log_mel_spectrogram outputs (transcribe calls it once)
-        self.waveforms = []  # load_audio outputs
-        self.calls = []  # one dict per DecodingTask.run
-        self.current = None
-        self.stray_logits = 0  # Inference.logits calls outside a decode call (none expected)
-
-
-def seek_window(transcribe_code):
-    """Where transcribe's seek loop stands ({seek, segment_size}), read from its frame up the stack."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code is transcribe_code:
-            return {k: frame.f_locals.get(k) for k in ("seek", "segment_size")}
-        frame = frame.f_back
-    return {}
+class CaptureError(RuntimeError):
+    """What the wrappers recorded does not add up: the oracle's output would be incomplete."""
 
 
 def wav_pcm(path):
@@ -170,6 +154,60 @@ def scenario_meta(decode_calls, tokens, eot_id, transcript, options, thresholds,
         "thresholds": thresholds,
         "audio": audio,
     }
+
+
+def scenario_record(capture, model, scenario, options, transcript):
+    """What a whisper_capture.CaptureState recorded of `transcript`, checked: (meta, arrays by
+    name) ready to write."""
+    import numpy as np
+
+    dims = model.dims
+    if len(capture.mel) != 1:
+        raise CaptureError(f"expected one log_mel_spectrogram call, saw {len(capture.mel)}")
+    if capture.stray_logits:
+        raise CaptureError(f"{capture.stray_logits} Inference.logits calls outside a decode call")
+    mel = capture.mel_array(capture.mel[0])
+
+    transcribe = importlib.import_module(f"{capture.package}.transcribe").transcribe
+    thresholds, ladder = transcribe_defaults(transcribe, options)
+    decode_calls, rows, tokens, encoder = [], [], [], []
+    for index, call in enumerate(capture.calls):
+        if len(call["features"]) != 1 or len(call["loop_tokens"]) != 1:
+            raise CaptureError(
+                f"decode call {index}: expected one encoder pass and one main loop, "
+                f"saw {len(call['features'])} and {len(call['loop_tokens'])}"
+            )
+        (result,) = call["results"]  # transcribe decodes one window at a time
+        batch, n_steps, lookahead, step_logits, chosen, members = capture.steps(index, call)
+        if any(s.shape != (batch, dims.n_vocab) for s in step_logits):
+            raise CaptureError(f"decode call {index}: a logits row is not ({batch}, {dims.n_vocab})")
+        features = call["features"][0]
+        if tuple(features.shape) != (1, dims.n_audio_ctx, dims.n_audio_state):
+            raise CaptureError(f"decode call {index}: encoder output has shape {tuple(features.shape)}")
+        previous = decode_calls[-1] if decode_calls else None
+        fallback = capture.fallback(result, thresholds)
+        shape = (batch, n_steps, len(rows), lookahead)
+        decode_calls.append(decode_call_entry(call, result, previous, ladder, thresholds, fallback, shape, members))
+        for step in step_logits:  # step-major, then batch member
+            rows.extend(step)
+        tokens.extend(int(t) for t in chosen.reshape(-1))
+        encoder.append(capture.f32(features[0]))
+
+    logits = np.stack(rows).astype(np.float32) if rows else np.zeros((0, dims.n_vocab), np.float32)
+    if len(logits) != sum(c["n_steps"] * c["batch"] for c in decode_calls) or len(logits) != len(tokens):
+        raise CaptureError("logits rows do not add up to the decode calls' steps x batch")
+    encoder = np.stack(encoder) if encoder else np.zeros((0, dims.n_audio_ctx, dims.n_audio_state), np.float32)
+
+    waveform = capture.waveform_array(capture.waveforms[0]) if capture.waveforms else None
+    waveform_check = None if waveform is None else waveform_matches(scenario["audio"], waveform)
+    eot_id = capture.calls[0]["eot"] if capture.calls else eot(f"{capture.package}.tokenizer", model, options)
+    audio = {
+        "samples": None if waveform is None else int(waveform.size),
+        "mel_frames": int(mel.shape[0]),
+        "decoded_equals_wav_pcm": waveform_check,
+    }
+    meta = scenario_meta(decode_calls, tokens, eot_id, transcript, options, thresholds, audio)
+    return meta, {"logits": logits, "mel": mel, "encoder": encoder}
 
 
 def differences(a, b) -> list[str]:

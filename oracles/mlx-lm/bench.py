@@ -5,7 +5,8 @@ gives it, the same way `python -m harness bench` times the in-tree `greedy_steps
 `repeats` timed runs, each with a fresh cache. Prefill = call to first token (prompt in, step 0
 out); decode = first token to last token. Prints one JSON object on stdout.
 
-Usage: python -I bench.py --model-dir DIR --ids ids.json   (ids.json: {"prompt_ids", "steps", "repeats"})
+Usage: python -I bench.py --job JOB.json --out DIR [--serve]
+  (job: {"model_dir", "prompt_ids", "steps", "repeats"}; without --serve: DIR/result.json)
 
 With `--serve` it is one side of harness.tools.bench_paired's rounds instead: after loading and the
 warm-up it prints a `ready` line (with the warm-up's tokens), then answers every `run` line on
@@ -57,28 +58,23 @@ def emit(obj):
 
 
 def main():
-    parser = base.path_parser("--model-dir", "--ids")
-    parser.add_argument("--serve", action="store_true", help="answer `run` lines on stdin (paired rounds)")
-    args = parser.parse_args()
-    job = json.loads(args.ids.read_text())
-    model, _tokenizer = load(str(args.model_dir))
+    args = base.parser("mlx-lm timed greedy decode", serve=True).parse_args()
+    job, out = base.read_job(args)
+    model, _tokenizer = load(job["model_dir"])
     if args.serve:
         serve(model, job)
         return
     timed_run(model, job["prompt_ids"], job["steps"])  # warm-up
     runs = [timed_run(model, job["prompt_ids"], job["steps"]) for _ in range(job["repeats"])]
-    print(
-        json.dumps(
-            {
-                "prefill_s": [r[0] for r in runs],
-                "decode_s": [r[1] for r in runs],
-                "peak_bytes": [r[2] for r in runs],
-                **base.versions("mlx", "mlx-lm"),
-                "device": str(mx.default_device()),
-                "blas_libraries": base.loaded_libraries(),
-            }
-        )
-    )
+    result = {
+        "prefill_s": [r[0] for r in runs],
+        "decode_s": [r[1] for r in runs],
+        "peak_bytes": [r[2] for r in runs],
+        **base.versions("mlx", "mlx-lm"),
+        "device": str(mx.default_device()),
+        "blas_libraries": base.loaded_libraries(),
+    }
+    (out / "result.json").write_text(json.dumps(result))
 
 
 if __name__ == "__main__":

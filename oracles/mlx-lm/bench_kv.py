@@ -12,10 +12,9 @@ one timed run (time, peak memory, the cache's bytes) per `run` line on stdin.
 An L2 composition (mixed, streaming, rotating quantized) is not mlx-lm's: its `bench_kv.py` is
 oracles/mlx-optiq's. mlx-lm 0.32.2 itself raises NotImplementedError for max_kv_size with kv_bits.
 
-Usage: python -I bench_kv.py --model-dir DIR --job job.json
+Usage: python -I bench_kv.py --job JOB.json --out DIR --serve   (job: {"model_dir", "config", ...})
 """
 
-import json
 import sys
 from pathlib import Path
 
@@ -33,8 +32,7 @@ QUANTIZATION_OPTIONS = ("kv_bits", "kv_group_size", "quantized_kv_start")
 
 
 def main():
-    args = base.path_parser("--model-dir", "--job").parse_args()
-    job = json.loads(args.job.read_text())
+    job, _out = base.read_job(base.parser(f"{__doc__.splitlines()[0]}", serve=True).parse_args())
     config = job["config"]
     if config.get("composition") is not None:
         raise SystemExit(f"bench_kv.py (mlx-lm): {config['name']!r} is an L2 composition; mlx-optiq runs it")
@@ -42,7 +40,7 @@ def main():
     unknown = sorted(set(options) - {*QUANTIZATION_OPTIONS, "max_kv_size"})
     if unknown:
         raise SystemExit(f"bench_kv.py (mlx-lm): unknown option(s) {unknown} in configuration {config['name']!r}")
-    model, _tokenizer = load(str(args.model_dir))
+    model, _tokenizer = load(job["model_dir"])
     step_options = {k: options[k] for k in QUANTIZATION_OPTIONS if k in options}
 
     def start_run(prompt_ids, steps):

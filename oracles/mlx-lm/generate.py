@@ -24,7 +24,7 @@ A scenario with `stop: eos` ends where mlx-lm's `stream_generate` (and so `gener
 it: at the first EOS id, the EOS token included, or after n_tokens. Its tokens are
 `stream_generate`'s own, checked against the logits run's, and `finish_reason` is recorded.
 
-Usage: python -I generate.py --spec spec.json --out DIR
+Usage: python -I generate.py --job JOB.json --out DIR   (job: {"model_dir", "scenarios"})
 """
 
 import json
@@ -256,8 +256,7 @@ def _batch_row_scenario(scenario, row):
 
 
 def main():
-    args = base.path_parser("--spec", "--out").parse_args()
-    spec = json.loads(args.spec.read_text())
+    spec, out = base.job_and_out("mlx-lm oracle: goldens of the scenarios")
     model, tokenizer = load(spec["model_dir"])
     result = {"scenarios": {}}
     for scenario in spec["scenarios"]:
@@ -282,15 +281,15 @@ def main():
                 file=sys.stderr,
             )
             sys.exit(3)
-        np.save(args.out / f"{scenario['id']}.logits.npy", logits, allow_pickle=False)
+        np.save(out / f"{scenario['id']}.logits.npy", logits, allow_pickle=False)
         for name, array in arrays.items():
-            np.save(args.out / f"{scenario['id']}.{name}.npy", array, allow_pickle=False)
+            np.save(out / f"{scenario['id']}.{name}.npy", array, allow_pickle=False)
         # What stream_generate streams as text for these tokens, per segment (the detokenize check).
         stop = tokenizer.eos_token_ids if scenario.get("stop") == "eos" else ()
         result["scenarios"][scenario["id"]] = meta | lm_text.stream_text(tokenizer, meta, stop)
         print(f"oracle: {scenario['id']}: {len(meta['tokens'])} steps", file=sys.stderr, flush=True)
     result["environment"] = base.mlx_environment("mlx", "mlx-lm", "transformers")
-    (args.out / "result.json").write_text(json.dumps(result, indent=2))
+    (out / "result.json").write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

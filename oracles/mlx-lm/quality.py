@@ -7,10 +7,9 @@ or RotatingKVCache(max_kv_size, keep) layers (mlx-lm's own rotating cache, unqua
 to_quantized raises NotImplementedError, so rotating quantized KV is mlx-optiq's). The windows,
 the schedule and the metrics are oracles/common/lm_quality.py (loaded by file path).
 
-Usage: python -I quality.py --job job.json --out DIR
+Usage: python -I quality.py --job JOB.json --out DIR
 """
 
-import json
 import sys
 from pathlib import Path
 
@@ -42,10 +41,9 @@ def candidate_cache(kv):
 
 
 def main():
-    args = base.path_parser("--job", "--out").parse_args()
-    job = json.loads(args.job.read_text())
+    job, out = base.job_and_out()
     environment = base.mlx_environment("mlx", "mlx-lm", "transformers")
-    lm_quality.run(job, args.out, candidate_cache(job.get("candidate_kv")), environment)
+    lm_quality.run(job, out, candidate_cache(job.get("candidate_kv")), environment)
 
 
 if __name__ == "__main__":

@@ -7,11 +7,10 @@ returns, on a fresh cache of the kind it builds. Speaks harness.tools.bench_pair
 through oracles/common/kv_bench.py: a warm-up on the job's short prompt, a `ready` line, then
 one timed run (time, peak memory, the cache's bytes) per `run` line on stdin.
 
-Usage: python -I bench_kv.py --model-dir DIR --job job.json
+Usage: python -I bench_kv.py --job JOB.json --out DIR --serve   (job: {"model_dir", "config", ...})
 """
 
 import importlib.util
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -46,8 +45,7 @@ def cache_factory(model, composition, first_cache):
 
 
 def main():
-    args = base.path_parser("--model-dir", "--job").parse_args()
-    job = json.loads(args.job.read_text())
+    job, _out = base.read_job(base.parser(f"{__doc__.splitlines()[0]}", serve=True).parse_args())
     config = job["config"]
     composition = config.get("composition")
     if composition is None:
@@ -58,7 +56,7 @@ def main():
     from mlx_lm.generate import generate_step
 
     generator = load_generator()
-    model, _tokenizer = load(str(args.model_dir))
+    model, _tokenizer = load(job["model_dir"])
     with tempfile.TemporaryDirectory(prefix="bench-kv-optiq-") as workdir:
         first_cache, options = generator.install_and_make_cache(model, composition, workdir)
     make_cache = cache_factory(model, composition, first_cache)

@@ -26,10 +26,9 @@ determinism self-check: exit 3 when the two runs differ). Per step the record ho
   token; on the last step of every path "final_cache", the cache after the generator ended
   (per layer: class, offset, bits/group size, sha256 of the stored keys and values).
 
-Usage: python -I generate.py --spec spec.json --out DIR
+Usage: python -I generate.py --job JOB.json --out DIR   (job: {"model_dir", "scenarios"})
 """
 
-import argparse
 import hashlib
 import importlib
 import json
@@ -181,8 +180,7 @@ def environment():
     return base.mlx_environment("mlx", "mlx-lm", "mlx-optiq", "transformers", missing_ok=True)
 
 
-def run_child(spec_path, scenario_id, out):
-    spec = json.loads(Path(spec_path).read_text())
+def run_child(spec, scenario_id, out):
     scenario = next(s for s in spec["scenarios"] if s["id"] == scenario_id)
     if not isinstance(scenario.get("composition"), dict) or "kind" not in scenario["composition"]:
         meta = {"error": f"scenario {scenario_id}: an mlx-optiq scenario needs a 'composition' with a 'kind'"}
@@ -222,13 +220,15 @@ def run_child(spec_path, scenario_id, out):
 # ---- the parent: a fresh process per scenario run ----
 
 
-def run_fresh(spec_path, scenario_id, workdir):
-    """One run of one scenario in a new interpreter; returns (meta, logits or None)."""
+def run_fresh(spec, scenario_id, workdir):
+    """One run of one scenario in a new interpreter (the job with `child_scenario` named);
+    returns (meta, logits or None)."""
     # The child runs as this process was started: isolated in the oracle venv (-I), or on the
     # PYTHONPATH of a prepared interpreter (-s, machines without a package index).
     isolation = "-I" if sys.flags.isolated else "-s"
-    cmd = [sys.executable, isolation, str(Path(__file__).resolve()), "--child", "--spec", str(spec_path)]
-    cmd += ["--scenario", scenario_id, "--out", str(workdir)]
+    child_job = Path(workdir) / "job.json"
+    child_job.write_text(json.dumps(spec | {"child_scenario": scenario_id}))
+    cmd = [sys.executable, isolation, str(Path(__file__).resolve()), "--job", str(child_job), "--out", str(workdir)]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     meta_path = Path(workdir) / "meta.json"
     if done.returncode != 0 or not meta_path.exists():
@@ -241,26 +241,22 @@ def run_fresh(spec_path, scenario_id, workdir):
 
 
 def main():
-    parser = base.path_parser("--spec", "--out")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--scenario", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        run_child(args.spec, args.scenario, args.out)
+    spec, out = base.job_and_out("mlx-optiq oracle: goldens of the composed scenarios")
+    if "child_scenario" in spec:
+        run_child(spec, spec["child_scenario"], out)
         return
-    spec = json.loads(args.spec.read_text())
     result = {"scenarios": {}}
     env = None
     for scenario in spec["scenarios"]:
         sid = scenario["id"]
         with tempfile.TemporaryDirectory() as first_dir, tempfile.TemporaryDirectory() as second_dir:
-            meta, logits = run_fresh(args.spec, sid, first_dir)
+            meta, logits = run_fresh(spec, sid, first_dir)
             if logits is None:
                 result["scenarios"][sid] = {"error": meta["error"]}
                 print(f"oracle: {sid}: FAILED: {meta['error']}", file=sys.stderr, flush=True)
                 continue
             # Determinism self-check: a second fresh process must give the same bits.
-            again_meta, again = run_fresh(args.spec, sid, second_dir)
+            again_meta, again = run_fresh(spec, sid, second_dir)
         same = (
             again is not None
             and again_meta["tokens"] == meta["tokens"]
@@ -280,11 +276,11 @@ def main():
             sys.exit(3)
         env = env or meta.pop("environment")
         meta.pop("environment", None)
-        np.save(args.out / f"{sid}.logits.npy", logits, allow_pickle=False)
+        np.save(out / f"{sid}.logits.npy", logits, allow_pickle=False)
         result["scenarios"][sid] = meta
         print(f"oracle: {sid}: {len(meta['tokens'])} steps", file=sys.stderr, flush=True)
     result["environment"] = env or environment_without_runs()
-    (args.out / "result.json").write_text(json.dumps(result, indent=2))
+    (out / "result.json").write_text(json.dumps(result, indent=2))
 
 
 def environment_without_runs():

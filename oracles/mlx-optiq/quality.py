@@ -15,7 +15,7 @@ optiq's patches are process-global: the harness runs one process per pair. The c
 in the same process on mlx-lm's plain cache. Windows, schedule and metrics are
 oracles/common/lm_quality.py (loaded by file path).
 
-Usage: python -I quality.py --job job.json --out DIR
+Usage: python -I quality.py --job JOB.json --out DIR
 """
 
 import importlib
@@ -62,14 +62,13 @@ def candidate_cache(kv, workdir):
 
 
 def main():
-    args = base.path_parser("--job", "--out").parse_args()
-    job = json.loads(args.job.read_text())
+    job, out = base.job_and_out()
     import optiq  # noqa: F401  # optiq's import-time patches, as its CLI (and generate.py) has them
 
     lm_quality = importlib.import_module("lm_quality")  # after optiq's patches, as generate.py loads lm_steps
 
     environment = base.mlx_environment("mlx", "mlx-lm", "mlx-optiq", "transformers", missing_ok=True)
-    lm_quality.run(job, args.out, candidate_cache(job["candidate_kv"], args.out), environment)
+    lm_quality.run(job, out, candidate_cache(job["candidate_kv"], out), environment)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ Times `mlx_whisper.transcribe` (the job's options, verbose=None) on each clip th
 Audio is read as mlx-whisper reads it: by the ffmpeg command, or, where there is none (the GPU
 machine), the WAV's PCM in process, inside the timed call either way.
 
-Usage: python -I bench.py --model-dir DIR --job job.json [--serve]   (job: {"clips", "repeats", "options"})
+Usage: python -I bench.py --job JOB.json --out DIR [--serve]
+  (job: {"model_dir", "clips", "repeats", "options"[, "profile": N]}; without --serve: DIR/result.json;
+  with "profile": the stages' times, best of N, in DIR/result.json)
 
 Without `--serve`: one warm-up transcription of the first clip, then `repeats` timed runs per clip;
 one JSON object on stdout (seconds per clip and run, the text of each clip).
@@ -82,14 +84,12 @@ def profile(model_dir, clip, options, repeats):
 
 
 def main():
-    parser = base.path_parser("--model-dir", "--job")
-    parser.add_argument("--serve", action="store_true", help="answer `run` lines on stdin (paired rounds)")
-    parser.add_argument("--profile", type=int, metavar="N", help="print the stages' times (best of N) and exit")
-    args = parser.parse_args()
-    job = json.loads(args.job.read_text())
-    if args.profile:
-        stages = {clip: profile(args.model_dir, clip, job["options"], args.profile) for clip in job["clips"]}
-        emit({"side": "mlx-whisper", "profile": stages})
+    args = base.parser("mlx-whisper timed transcription", serve=True).parse_args()
+    job, out_dir = base.read_job(args)
+    model_dir = Path(job["model_dir"])
+    if job.get("profile"):
+        stages = {clip: profile(model_dir, clip, job["options"], job["profile"]) for clip in job["clips"]}
+        (out_dir / "result.json").write_text(json.dumps({"side": "mlx-whisper", "profile": stages}))
         return
     tmod = importlib.import_module("mlx_whisper.transcribe")
     options = dict(job["options"])
@@ -98,7 +98,7 @@ def main():
         mx.synchronize()
         started = time.perf_counter()
         audio = clip if shutil.which("ffmpeg") else mx.array(common.wav_pcm(clip))  # no ffmpeg CLI: the WAV's PCM
-        out = tmod.transcribe(audio, path_or_hf_repo=str(args.model_dir), verbose=None, **options)
+        out = tmod.transcribe(audio, path_or_hf_repo=str(model_dir), verbose=None, **options)
         mx.synchronize()
         return time.perf_counter() - started, out["text"]
 
@@ -120,7 +120,7 @@ def main():
         timed = [run(clip) for _ in range(job["repeats"])]
         seconds[clip] = [t for t, _ in timed]
         texts[clip] = timed[0][1]
-    print(json.dumps({"seconds": seconds, "texts": texts, **environment}))
+    (out_dir / "result.json").write_text(json.dumps({"seconds": seconds, "texts": texts, **environment}))
 
 
 if __name__ == "__main__":

@@ -12,13 +12,12 @@ and writes, per clip and run, every decode call's window, temperature and kept t
 step's pre-filter logits and chosen token of member 0, so the harness can count the differing
 tokens and explain each first divergence (margin against logit error).
 
-Usage: python -I calibrate.py --spec spec.json --out DIR
+Usage: python -I calibrate.py --job JOB.json --out DIR
 spec: {"model_dir": ..., "clips": [{"id", "audio"}], "options": {...}, "variants": [...]}
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import importlib.metadata
 import json
@@ -30,6 +29,7 @@ VARIANTS = ("no-compile", "batch2", "fp16")
 
 # oracles/common, by path: the oracle venv does not have this repository on sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
+import oracle_base as base  # noqa: E402
 from whisper_run import patched as _patched  # noqa: E402  (the generators' run-time patching)
 
 
@@ -128,11 +128,7 @@ def transcribe_once(model_dir: str, audio: str, options: dict, variant: str | No
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--spec", required=True, type=Path)
-    parser.add_argument("--out", required=True, type=Path)
-    args = parser.parse_args()
-    spec = json.loads(args.spec.read_text())
+    spec, out = base.job_and_out("mlx-whisper calibration: the oracle against its own variants")
     bad = [v for v in spec.get("variants", []) if v not in VARIANTS]
     if bad or not spec.get("clips") or not Path(spec.get("model_dir", "")).is_dir():
         print(
@@ -142,15 +138,14 @@ def main() -> None:
     import mlx.core as mx
     import numpy as np
 
-    args.out.mkdir(parents=True, exist_ok=True)
     result = {"clips": {}}
     for clip in spec["clips"]:
         runs = {}
         for variant in [None, *spec["variants"]]:
             name = variant or "reference"
-            model_dir = _fp16_model_dir(spec["model_dir"], args.out) if variant == "fp16" else spec["model_dir"]
+            model_dir = _fp16_model_dir(spec["model_dir"], out) if variant == "fp16" else spec["model_dir"]
             calls, rows, transcript = transcribe_once(model_dir, clip["audio"], spec.get("options", {}), variant)
-            np.save(args.out / f"{clip['id']}.{name}.npy", rows, allow_pickle=False)
+            np.save(out / f"{clip['id']}.{name}.npy", rows, allow_pickle=False)
             runs[name] = {"decode_calls": calls, "transcript": transcript}
             print(f"calibrate: {clip['id']} {name}: {transcript['text']!r}", file=sys.stderr, flush=True)
         result["clips"][clip["id"]] = runs
@@ -159,7 +154,7 @@ def main() -> None:
         "mlx-whisper": importlib.metadata.version("mlx-whisper"),
         "device": str(mx.default_device()),
     }
-    (args.out / "result.json").write_text(json.dumps(result, indent=2))
+    (out / "result.json").write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

@@ -19,12 +19,12 @@ mlx-whisper's decode loop computes one step ahead of what it has checked (it sta
 before it reads whether step i completed the batch); the logits of that discarded look-ahead
 step are not part of the output, and each decode call says whether it had one.
 
-Usage: python -I generate.py --spec spec.json --out DIR
+Usage: python -I generate.py --job JOB.json --out DIR
 
 The spec check (`validate_spec`) uses the standard library only, so it can be imported and
 tested without the oracle venv; mlx and mlx_whisper are imported inside the functions that run.
-What both whisper generators share is in oracles/common (whisper_spec.py, whisper_run.py,
-oracle_base.py), loaded by file path.
+What both whisper generators share is in oracles/common (whisper_spec.py, whisper_capture.py,
+whisper_run.py, oracle_base.py), loaded by file path: here is what is mlx-whisper's own.
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ from __future__ import annotations
 import functools
 import importlib
 import json
-import shutil
 import sys
 from pathlib import Path
 
 # oracles/common, by path: the oracle venv does not have this repository on sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
 import oracle_base as base  # noqa: E402
+import whisper_capture as capture_base  # noqa: E402
 import whisper_run as common  # noqa: E402
 import whisper_spec as spec_check  # noqa: E402
 
@@ -58,10 +58,6 @@ RULES = spec_check.Rules(
 )
 
 
-class CaptureError(RuntimeError):
-    """What the wrappers recorded does not add up: the oracle's output would be incomplete."""
-
-
 def validate_spec(spec) -> None:
     """Raise SpecError naming every problem of the spec, before anything is loaded or run."""
     RULES.validate(spec)
@@ -70,127 +66,72 @@ def validate_spec(spec) -> None:
 # ---------------------------------------------------------------- capture
 
 
-class Capture(common.CaptureState):
-    """What one transcription computed, recorded by wrappers around mlx-whisper's functions."""
+class Capture(capture_base.CaptureState):
+    """What one transcription computed, recorded by wrappers around mlx-whisper's functions.
+
+    The logits rows are kept lazy: evaluated after the decode call, so the capture never changes
+    its schedule. The decode loop runs one step ahead: when it stops on a completed batch, the
+    last step it computed is unused (`lookahead`)."""
+
+    package = "mlx_whisper"
 
     def install(self):
         import mlx_whisper  # noqa: F401  (registers the submodules)
 
-        audio = importlib.import_module("mlx_whisper.audio")
-        decoding = importlib.import_module("mlx_whisper.decoding")
-        tmod = importlib.import_module("mlx_whisper.transcribe")
-        transcribe_code = tmod.transcribe.__code__
-        cap = self
-        orig_mel, orig_load = tmod.log_mel_spectrogram, audio.load_audio
-        orig_run, orig_features = decoding.DecodingTask.run, decoding.DecodingTask._get_audio_features
-        orig_loop, orig_logits = decoding.DecodingTask._main_loop, decoding.Inference.logits
-        orig_update = decoding.GreedyDecoder.update
+        return common.patched(self.patches())
 
-        def log_mel_spectrogram(*args, **kwargs):
-            out = orig_mel(*args, **kwargs)
-            cap.mel.append(out)
-            return out
+    def pcm(self, path):
+        # A machine without the ffmpeg CLI (the lent GPU machine has no package index): the WAV's
+        # 16-bit PCM / 32768, which is what ffmpeg gives for these clips (checked on every CPU
+        # golden: audio.decoded_equals_wav_pcm). Recorded in the environment block, so such
+        # goldens say how their audio was read.
+        import mlx.core as mx
 
-        def load_audio(*args, **kwargs):
-            if shutil.which("ffmpeg") is None:
-                # A machine without the ffmpeg CLI (the lent GPU machine has no package index):
-                # the WAV's 16-bit PCM / 32768, which is what ffmpeg gives for these clips
-                # (checked on every CPU golden: audio.decoded_equals_wav_pcm). Recorded in the
-                # environment block, so such goldens say how their audio was read.
-                import mlx.core as mx
+        return mx.array(common.wav_pcm(path))
 
-                out = mx.array(common.wav_pcm(args[0]))
-            else:
-                out = orig_load(*args, **kwargs)
-            cap.waveforms.append(out)
-            return out
+    def f32(self, array):
+        import mlx.core as mx
+        import numpy as np
 
-        def run(task, mel):
-            call = {
-                "window": common.seek_window(transcribe_code),
-                "temperature": task.options.temperature,
-                "initial_tokens": list(task.initial_tokens),
-                "sample_begin": task.sample_begin,
-                "eot": task.tokenizer.eot,
-                "rows": [],
-                "chosen": [],
-                "features": [],
-                "loop_tokens": [],
-            }
-            cap.calls.append(call)
-            cap.current = call
-            try:
-                call["results"] = orig_run(task, mel)
-            finally:
-                cap.current = None
-            return call["results"]
+        return np.array(array.astype(mx.float32))
 
-        def get_audio_features(task, mel):
-            out = orig_features(task, mel)
-            if cap.current is not None:
-                cap.current["features"].append(out)
-            return out
+    def waveform_array(self, waveform):
+        import numpy as np
 
-        def main_loop(task, audio_features, tokens):
-            out = orig_loop(task, audio_features, tokens)
-            if cap.current is not None:
-                cap.current["loop_tokens"].append(out[0])
-            return out
+        return np.array(waveform)
 
-        def logits(inference, tokens, audio_features):
-            out = orig_logits(inference, tokens, audio_features)
-            if cap.current is None:
-                cap.stray_logits += 1
-            else:
-                # Lazy: evaluated after the decode call, so the capture never changes its schedule.
-                cap.current["rows"].append(out[:, -1, :])
-            return out
+    def steps(self, index, call):
+        import mlx.core as mx
+        import numpy as np
 
-        def update(decoder, tokens, logits, sum_logprobs):
-            out = orig_update(decoder, tokens, logits, sum_logprobs)
-            if cap.current is not None:
-                cap.current["chosen"].append(out[0][:, -1])
-            return out
-
-        return common.patched(
-            [
-                (tmod, "log_mel_spectrogram", log_mel_spectrogram),
-                (audio, "load_audio", load_audio),
-                (decoding.DecodingTask, "run", run),
-                (decoding.DecodingTask, "_get_audio_features", get_audio_features),
-                (decoding.DecodingTask, "_main_loop", main_loop),
-                (decoding.Inference, "logits", logits),
-                (decoding.GreedyDecoder, "update", update),
-            ]
-        )
-
-
-def _fallback(result, thresholds):
-    """transcribe's decode_with_fallback decision for one attempt: (needs_fallback, reasons)."""
-    reasons = []
-    if thresholds["compression_ratio_threshold"] is not None:
-        if result.compression_ratio > thresholds["compression_ratio_threshold"]:
-            reasons.append("compression_ratio")  # too repetitive
-    if thresholds["logprob_threshold"] is not None:
-        if result.avg_logprob < thresholds["logprob_threshold"]:
-            reasons.append("avg_logprob")  # too improbable
-    needs = bool(reasons)
-    if thresholds["no_speech_threshold"] is not None and result.no_speech_prob > thresholds["no_speech_threshold"]:
-        needs = False  # taken for silence: no retry
-        if reasons:
-            reasons.append("overridden_by_no_speech")
-    return needs, reasons
+        loop_tokens = np.array(call["loop_tokens"][0])  # (batch, sample_begin + n_steps) before finalize
+        batch, begin = loop_tokens.shape[0], call["sample_begin"]
+        n_steps = loop_tokens.shape[1] - begin
+        steps_computed = len(call["rows"])
+        lookahead = steps_computed - n_steps
+        if lookahead not in (0, 1) or len(call["chosen"]) != steps_computed:
+            raise common.CaptureError(
+                f"decode call {index}: {steps_computed} logits calls and {len(call['chosen'])} token "
+                f"updates for {n_steps} kept steps"
+            )
+        step_logits = [self.f32(r) for r in call["rows"][:n_steps]]
+        chosen = np.array(mx.stack(call["chosen"][:n_steps], axis=0)) if n_steps else np.zeros((0, batch), int)
+        if chosen.shape != (n_steps, batch) or not np.array_equal(chosen.T, loop_tokens[:, begin:]):
+            raise common.CaptureError(
+                f"decode call {index}: the tokens the decoder chose differ from the loop's tokens"
+            )
+        # Per member, the sampled tokens (cut at the first EOT, as the task cuts them).
+        members = [[int(t) for t in row[begin:]] for row in loop_tokens]
+        return batch, n_steps, lookahead, step_logits, chosen, members
 
 
 def run_scenario(model_dir: str, model, scenario: dict):
     """One transcription with captures. Returns (meta, arrays by name) ready to write."""
     import mlx.core as mx
-    import numpy as np
 
     tmod = importlib.import_module("mlx_whisper.transcribe")
     options = dict(scenario.get("options", {}))
     options.setdefault("fp16", False)  # fp32 on the CPU backend; the weights are fp32
-    dims = model.dims
     capture = Capture()
     # mlx-whisper's sampler is an @mx.compile'd function: the random key it draws while being
     # traced becomes a constant of that trace, reused by every later call with the same shapes.
@@ -201,79 +142,7 @@ def run_scenario(model_dir: str, model, scenario: dict):
     mx.random.seed(scenario["seed"])
     with capture.install():
         transcript = tmod.transcribe(scenario["audio"], path_or_hf_repo=model_dir, verbose=None, **options)
-
-    if len(capture.mel) != 1:
-        raise CaptureError(f"expected one log_mel_spectrogram call, saw {len(capture.mel)}")
-    if capture.stray_logits:
-        raise CaptureError(f"{capture.stray_logits} Inference.logits calls outside a decode call")
-    mel = np.array(capture.mel[0].astype(mx.float32))
-
-    thresholds, ladder = common.transcribe_defaults(tmod.transcribe, options)
-    decode_calls, rows, tokens, encoder = [], [], [], []
-    for index, call in enumerate(capture.calls):
-        if len(call["features"]) != 1 or len(call["loop_tokens"]) != 1:
-            raise CaptureError(
-                f"decode call {index}: expected one encoder pass and one main loop, "
-                f"saw {len(call['features'])} and {len(call['loop_tokens'])}"
-            )
-        (result,) = call["results"]  # transcribe decodes one window at a time
-        loop_tokens = np.array(call["loop_tokens"][0])  # (batch, sample_begin + n_steps) before finalize
-        batch, begin = loop_tokens.shape[0], call["sample_begin"]
-        n_steps = loop_tokens.shape[1] - begin
-        steps_computed = len(call["rows"])
-        # The loop runs one step ahead: when it stops on a completed batch, the last step is unused.
-        lookahead = steps_computed - n_steps
-        if lookahead not in (0, 1) or len(call["chosen"]) != steps_computed:
-            raise CaptureError(
-                f"decode call {index}: {steps_computed} logits calls and {len(call['chosen'])} token "
-                f"updates for {n_steps} kept steps"
-            )
-        step_logits = [np.array(r.astype(mx.float32)) for r in call["rows"][:n_steps]]
-        chosen = np.array(mx.stack(call["chosen"][:n_steps], axis=0)) if n_steps else np.zeros((0, batch), int)
-        if chosen.shape != (n_steps, batch) or not np.array_equal(chosen.T, loop_tokens[:, begin:]):
-            raise CaptureError(f"decode call {index}: the tokens the decoder chose differ from the loop's tokens")
-        if any(s.shape != (batch, dims.n_vocab) for s in step_logits):
-            raise CaptureError(f"decode call {index}: a logits row is not ({batch}, {dims.n_vocab})")
-        features = call["features"][0]
-        if features.shape != (1, dims.n_audio_ctx, dims.n_audio_state):
-            raise CaptureError(f"decode call {index}: encoder output has shape {features.shape}")
-
-        # Per member, the sampled tokens (cut at the first EOT, as the task cuts them).
-        members = [[int(t) for t in row[begin:]] for row in loop_tokens]
-        decode_calls.append(
-            common.decode_call_entry(
-                call,
-                result,
-                decode_calls[-1] if decode_calls else None,
-                ladder,
-                thresholds,
-                _fallback(result, thresholds),
-                (batch, n_steps, len(rows), lookahead),
-                members,
-            )
-        )
-        for step in step_logits:  # step-major, then batch member
-            rows.extend(step)
-        tokens.extend(int(t) for t in chosen.reshape(-1))
-        encoder.append(np.array(features[0].astype(mx.float32)))
-
-    logits = np.stack(rows).astype(np.float32) if rows else np.zeros((0, dims.n_vocab), np.float32)
-    if len(logits) != sum(c["n_steps"] * c["batch"] for c in decode_calls) or len(logits) != len(tokens):
-        raise CaptureError("logits rows do not add up to the decode calls' steps x batch")
-    encoder = np.stack(encoder) if encoder else np.zeros((0, dims.n_audio_ctx, dims.n_audio_state), np.float32)
-
-    waveform_check = None
-    if capture.waveforms:
-        waveform_check = common.waveform_matches(scenario["audio"], np.array(capture.waveforms[0]))
-
-    eot = capture.calls[0]["eot"] if capture.calls else common.eot("mlx_whisper.tokenizer", model, options)
-    audio = {
-        "samples": int(capture.waveforms[0].size) if capture.waveforms else None,
-        "mel_frames": int(mel.shape[0]),
-        "decoded_equals_wav_pcm": waveform_check,
-    }
-    meta = common.scenario_meta(decode_calls, tokens, eot, transcript, options, thresholds, audio)
-    return meta, {"logits": logits, "mel": mel, "encoder": encoder}
+    return common.scenario_record(capture, model, scenario, options, transcript)
 
 
 def environment():
@@ -281,8 +150,8 @@ def environment():
 
 
 def main():
-    args = base.path_parser("--spec", "--out").parse_args()
-    spec = spec_check.checked_spec(args.spec, validate_spec)
+    args = base.parser("mlx-whisper oracle: goldens of the transcription scenarios").parse_args()
+    spec = spec_check.checked_spec(args.job, validate_spec)
 
     import mlx.core as mx
 

@@ -6,7 +6,7 @@ The control's and the candidate's free runs are the golden generator's own trans
 captures (generate.run_scenario, imported unchanged), so a control run here computes what the
 profile's goldens record for the same options.
 
-Usage: python -I quality.py --spec spec.json --out DIR
+Usage: python -I quality.py --job JOB.json --out DIR
   spec: {"control_dir", "candidate_dir", "scenarios": [{id, kind: "transcribe", audio, options, seed}]}
   DIR:  result.json ({"fixtures": {id: record}, "environment": ...}) and each fixture's arrays.
 """
@@ -51,8 +51,8 @@ def validate_spec(spec) -> None:
 
 
 def main():
-    args = base.path_parser("--spec", "--out").parse_args()
-    spec = spec_check.checked_spec(args.spec, validate_spec)
+    args = base.parser("mlx-whisper quality: KL and top-1 of a candidate against its control").parse_args()
+    spec = spec_check.checked_spec(args.job, validate_spec)
 
     import mlx.core as mx
 

@@ -4,19 +4,23 @@ Reads a transcript (the JSON of `mlx_whisper.transcribe`'s result, or a golden's
 `transcript`) and writes it in every format with `mlx_whisper.writers.get_writer`, the word
 options passed as the mlx_whisper CLI passes them (keyword arguments of the writer call).
 
-Usage: python -I writers.py --result result.json --out DIR --audio-name NAME --options JSON
+Usage: python -I writers.py --job JOB.json --out DIR, the job
+  {"result": transcript, "audio_name": NAME, "options": {...} or [{...}, ...]}
   writes DIR/<NAME, suffix replaced>.{txt,vtt,srt,tsv,json}
-`--options` holds any of max_line_width, max_line_count, highlight_words, max_words_per_line;
+`options` holds any of max_line_width, max_line_count, highlight_words, max_words_per_line;
 a list of such objects writes option set i into DIR/i/ (one interpreter start for them all:
 importing mlx_whisper costs seconds).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
+
+# oracles/common by path: the venv does not have this repository on sys.path.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
+import oracle_base as base  # noqa: E402
 
 FORMATS = ("txt", "vtt", "srt", "tsv", "json")
 WORD_OPTIONS = frozenset({"max_line_width", "max_line_count", "highlight_words", "max_words_per_line"})
@@ -31,42 +35,31 @@ def _check_option_set(where: str, options) -> dict:
     return options
 
 
-def parse_options(text: str) -> dict | list[dict]:
+def parse_options(options) -> dict | list[dict]:
     """The writer keyword arguments (one object, or a list of them); anything but the four
     word options is an error."""
-    try:
-        options = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise SystemExit(f"--options: not JSON ({e})") from None
     if isinstance(options, list):
-        return [_check_option_set(f"--options[{i}]", o) for i, o in enumerate(options)]
-    return _check_option_set("--options", options)
+        return [_check_option_set(f"options[{i}]", o) for i, o in enumerate(options)]
+    return _check_option_set("options", options)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--result", required=True, help="transcript JSON: text, segments[, language]")
-    parser.add_argument("--out", required=True, help="output directory (created)")
-    parser.add_argument("--audio-name", required=True, help="output file name; its suffix is replaced")
-    parser.add_argument("--options", default="{}", help="writer word options, a JSON object")
-    args = parser.parse_args(argv)
-    options = parse_options(args.options)
-    result = json.loads(Path(args.result).read_text(encoding="utf-8"))
+def main() -> int:
+    job, out_dir = base.job_and_out(__doc__.splitlines()[0])
+    options = parse_options(job.get("options", {}))
+    result, audio_name = job.get("result"), job.get("audio_name")
     if not isinstance(result, dict) or not isinstance(result.get("segments"), list):
-        raise SystemExit(f"--result {args.result}: expected a transcript object with a segments list")
+        raise SystemExit("job.result: expected a transcript object with a segments list")
+    if not isinstance(audio_name, str) or not audio_name:
+        raise SystemExit(f"job.audio_name: expected a file name, got {audio_name!r}")
 
     from mlx_whisper.writers import get_writer
 
-    runs = (
-        [(Path(args.out), options)]
-        if isinstance(options, dict)
-        else [(Path(args.out) / str(i), o) for i, o in enumerate(options)]
-    )
+    runs = [(out_dir, options)] if isinstance(options, dict) else [(out_dir / str(i), o) for i, o in enumerate(options)]
     for out, option_set in runs:
         out.mkdir(parents=True, exist_ok=True)
         for output_format in FORMATS:
             # A fresh copy per format: the writers must not see each other's changes.
-            get_writer(output_format, str(out))(json.loads(json.dumps(result)), args.audio_name, **option_set)
+            get_writer(output_format, str(out))(json.loads(json.dumps(result)), audio_name, **option_set)
     return 0
 
 

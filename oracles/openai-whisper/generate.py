@@ -26,12 +26,12 @@ has no look-ahead step (`lookahead_steps` is always 0). The floats (logits, mel,
 log-probabilities) come from PyTorch: they are recorded, not meant to compare bit for bit
 with MLX.
 
-Usage: python -I generate.py --spec spec.json --out DIR
+Usage: python -I generate.py --job JOB.json --out DIR
 
-The spec check (`validate_spec`) uses the standard library only, so it can be imported and
-tested without the oracle venv; torch and whisper are imported inside the functions that run.
-What both whisper generators share is in oracles/common (whisper_spec.py, whisper_run.py,
-oracle_base.py), loaded by file path.
+Like the mlx-whisper generator's, its spec check needs nothing beyond the standard library
+(torch and whisper are imported inside the functions that run), and what the two generators
+share it loads by file path from oracles/common: whisper_spec.py, whisper_capture.py,
+whisper_run.py and oracle_base.py.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ import importlib
 import json
 import platform
 import re
-import shutil
 import struct
 import sys
 from pathlib import Path
@@ -49,6 +48,7 @@ from pathlib import Path
 # oracles/common, by path: the oracle venv does not have this repository on sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
 import oracle_base as base  # noqa: E402
+import whisper_capture as capture_base  # noqa: E402
 import whisper_run as common  # noqa: E402
 import whisper_spec as spec_check  # noqa: E402
 
@@ -73,10 +73,6 @@ DIMENSIONS = (
     "n_text_head",
     "n_text_layer",
 )
-
-
-class CaptureError(RuntimeError):
-    """What the wrappers recorded does not add up: the oracle's output would be incomplete."""
 
 
 class WeightsError(ValueError):
@@ -212,163 +208,54 @@ def load_openai_model(model_dir: str):
 # ---------------------------------------------------------------- capture
 
 
-class Capture(common.CaptureState):
-    """What one transcription computed, recorded by wrappers around openai-whisper's functions."""
+class Capture(capture_base.CaptureState):
+    """What one transcription computed, recorded by wrappers around openai-whisper's functions.
+
+    Its loop has no look-ahead step: one logits call and one update per kept step."""
+
+    package = "whisper"
+    inference = "PyTorchInference"
+    decoders = ("GreedyDecoder", "BeamSearchDecoder")
+    no_speech_override_needs_low_logprob = True
 
     def install(self):
+        return common.patched(self.patches())
+
+    def keep(self, kind, value):
+        """A copy now: the logit filters, for one, write -inf into the logits tensor in place."""
         import torch
 
-        audio = importlib.import_module("whisper.audio")
-        decoding = importlib.import_module("whisper.decoding")
-        tmod = importlib.import_module("whisper.transcribe")
-        transcribe_code = tmod.transcribe.__code__
-        cap = self
-        orig_mel, orig_load = tmod.log_mel_spectrogram, audio.load_audio
-        orig_run, orig_features = decoding.DecodingTask.run, decoding.DecodingTask._get_audio_features
-        orig_loop, orig_logits = decoding.DecodingTask._main_loop, decoding.PyTorchInference.logits
-        orig_greedy, orig_beam = decoding.GreedyDecoder.update, decoding.BeamSearchDecoder.update
+        if kind == "rows":
+            return value.detach().to(torch.float32).clone()
+        if kind in ("loop_tokens", "chosen"):
+            return value.clone()
+        return value.detach().clone()
 
-        def log_mel_spectrogram(*args, **kwargs):
-            out = orig_mel(*args, **kwargs)
-            cap.mel.append(out.detach().clone())
-            return out
+    def pcm(self, path):
+        # No ffmpeg CLI: the WAV's 16-bit PCM / 32768, what ffmpeg gives for these clips
+        # (checked whenever ffmpeg is there: audio.decoded_equals_wav_pcm).
+        return common.wav_pcm(path)
 
-        def load_audio(*args, **kwargs):
-            if shutil.which("ffmpeg") is None:
-                # No ffmpeg CLI: the WAV's 16-bit PCM / 32768, what ffmpeg gives for these clips
-                # (checked whenever ffmpeg is there: audio.decoded_equals_wav_pcm).
-                out = common.wav_pcm(args[0])
-            else:
-                out = orig_load(*args, **kwargs)
-            cap.waveforms.append(out)
-            return out
+    def call_extra(self, task):
+        return {"beam": task.options.beam_size is not None}
 
-        def run(task, mel):
-            call = {
-                "window": common.seek_window(transcribe_code),
-                "temperature": task.options.temperature,
-                "beam": task.options.beam_size is not None,
-                "initial_tokens": list(task.initial_tokens),
-                "sample_begin": task.sample_begin,
-                "eot": task.tokenizer.eot,
-                "rows": [],
-                "chosen": [],
-                "features": [],
-                "loop_tokens": [],
-            }
-            cap.calls.append(call)
-            cap.current = call
-            try:
-                call["results"] = orig_run(task, mel)
-            finally:
-                cap.current = None
-            return call["results"]
+    def f32(self, tensor):
+        import torch
 
-        def get_audio_features(task, mel):
-            out = orig_features(task, mel)
-            if cap.current is not None:
-                cap.current["features"].append(out.detach().clone())
-            return out
+        return tensor.to(torch.float32).numpy()
 
-        def main_loop(task, audio_features, tokens):
-            out = orig_loop(task, audio_features, tokens)
-            if cap.current is not None:
-                cap.current["loop_tokens"].append(out[0].clone())
-            return out
+    def mel_array(self, mel):
+        return self.f32(mel).T.copy()  # (frames, n_mels), as mlx-whisper lays it out
 
-        def logits(inference, tokens, audio_features):
-            out = orig_logits(inference, tokens, audio_features)
-            if cap.current is None:
-                cap.stray_logits += 1
-            else:
-                # A copy now: the logit filters then write -inf into this very tensor in place.
-                cap.current["rows"].append(out[:, -1, :].detach().to(torch.float32).clone())
-            return out
+    def steps(self, index, call):
+        import numpy as np
+        import torch
 
-        def update_wrapper(orig):
-            def update(decoder, tokens, logits, sum_logprobs):
-                out = orig(decoder, tokens, logits, sum_logprobs)
-                if cap.current is not None:
-                    cap.current["chosen"].append(out[0][:, -1].clone())
-                return out
-
-            return update
-
-        return common.patched(
-            [
-                (tmod, "log_mel_spectrogram", log_mel_spectrogram),
-                (audio, "load_audio", load_audio),
-                (decoding.DecodingTask, "run", run),
-                (decoding.DecodingTask, "_get_audio_features", get_audio_features),
-                (decoding.DecodingTask, "_main_loop", main_loop),
-                (decoding.PyTorchInference, "logits", logits),
-                (decoding.GreedyDecoder, "update", update_wrapper(orig_greedy)),
-                (decoding.BeamSearchDecoder, "update", update_wrapper(orig_beam)),
-            ]
-        )
-
-
-def _fallback(result, thresholds):
-    """openai-whisper's decode_with_fallback decision for one attempt: (needs_fallback, reasons).
-
-    Unlike mlx-whisper, a high no-speech probability overrides the retry only together with
-    a log-probability below the threshold.
-    """
-    reasons = []
-    if thresholds["compression_ratio_threshold"] is not None:
-        if result.compression_ratio > thresholds["compression_ratio_threshold"]:
-            reasons.append("compression_ratio")  # too repetitive
-    if thresholds["logprob_threshold"] is not None:
-        if result.avg_logprob < thresholds["logprob_threshold"]:
-            reasons.append("avg_logprob")  # too improbable
-    needs = bool(reasons)
-    if (
-        thresholds["no_speech_threshold"] is not None
-        and result.no_speech_prob > thresholds["no_speech_threshold"]
-        and thresholds["logprob_threshold"] is not None
-        and result.avg_logprob < thresholds["logprob_threshold"]
-    ):
-        needs = False  # taken for silence: no retry
-        if reasons:
-            reasons.append("overridden_by_no_speech")
-    return needs, reasons
-
-
-def run_scenario(model, scenario: dict):
-    """One transcription with captures. Returns (meta, arrays by name) ready to write."""
-    import numpy as np
-    import torch
-
-    tmod = importlib.import_module("whisper.transcribe")
-    options = dict(scenario.get("options", {}))
-    options.setdefault("fp16", False)  # fp32 on the CPU; the weights are fp32
-    dims = model.dims
-    capture = Capture()
-    torch.manual_seed(scenario["seed"])  # sampling at T > 0 draws from torch's generator
-    with capture.install():
-        transcript = tmod.transcribe(model, scenario["audio"], verbose=None, **options)
-
-    if len(capture.mel) != 1:
-        raise CaptureError(f"expected one log_mel_spectrogram call, saw {len(capture.mel)}")
-    if capture.stray_logits:
-        raise CaptureError(f"{capture.stray_logits} Inference.logits calls outside a decode call")
-    mel = capture.mel[0].to(torch.float32).numpy().T.copy()  # (frames, n_mels), as mlx-whisper lays it out
-
-    thresholds, ladder = common.transcribe_defaults(tmod.transcribe, options)
-    decode_calls, rows, tokens, encoder = [], [], [], []
-    for index, call in enumerate(capture.calls):
-        if len(call["features"]) != 1 or len(call["loop_tokens"]) != 1:
-            raise CaptureError(
-                f"decode call {index}: expected one encoder pass and one main loop, "
-                f"saw {len(call['features'])} and {len(call['loop_tokens'])}"
-            )
-        (result,) = call["results"]  # transcribe decodes one window at a time
         loop_tokens = call["loop_tokens"][0].numpy()  # (batch, sample_begin + n_steps) before finalize
         batch, begin = loop_tokens.shape[0], call["sample_begin"]
         n_steps = loop_tokens.shape[1] - begin
-        # openai-whisper's loop has no look-ahead: one logits call and one update per kept step.
         if len(call["rows"]) != n_steps or len(call["chosen"]) != n_steps:
-            raise CaptureError(
+            raise common.CaptureError(
                 f"decode call {index}: {len(call['rows'])} logits calls and {len(call['chosen'])} token "
                 f"updates for {n_steps} steps"
             )
@@ -377,52 +264,29 @@ def run_scenario(model, scenario: dict):
         # Greedy rows are whole sequences; beam rows are re-ranked each step, so only the last
         # step's tokens are the final rows' last tokens.
         if chosen.shape != (n_steps, batch) or (n_steps and not np.array_equal(chosen[-1], loop_tokens[:, -1])):
-            raise CaptureError(f"decode call {index}: the tokens the decoder chose differ from the loop's tokens")
+            raise common.CaptureError(
+                f"decode call {index}: the tokens the decoder chose differ from the loop's tokens"
+            )
         if not call["beam"] and not np.array_equal(chosen.T, loop_tokens[:, begin:]):
-            raise CaptureError(f"decode call {index}: the sampled rows differ from the loop's tokens")
-        if any(s.shape != (batch, dims.n_vocab) for s in step_logits):
-            raise CaptureError(f"decode call {index}: a logits row is not ({batch}, {dims.n_vocab})")
-        features = call["features"][0]
-        if tuple(features.shape) != (1, dims.n_audio_ctx, dims.n_audio_state):
-            raise CaptureError(f"decode call {index}: encoder output has shape {tuple(features.shape)}")
-
+            raise common.CaptureError(f"decode call {index}: the sampled rows differ from the loop's tokens")
         # Per member (beam row), the tokens it held after each step, cut at the first EOT: what
         # the in-tree recorder collects from its observer.
         members = [[int(t) for t in column] for column in chosen.T]
-        decode_calls.append(
-            common.decode_call_entry(
-                call,
-                result,
-                decode_calls[-1] if decode_calls else None,
-                ladder,
-                thresholds,
-                _fallback(result, thresholds),
-                (batch, n_steps, len(rows), 0),
-                members,
-            )
-        )
-        for step in step_logits:  # step-major, then batch member
-            rows.extend(step)
-        tokens.extend(int(t) for t in chosen.reshape(-1))
-        encoder.append(features[0].to(torch.float32).numpy())
+        return batch, n_steps, 0, step_logits, chosen, members
 
-    logits = np.stack(rows).astype(np.float32) if rows else np.zeros((0, dims.n_vocab), np.float32)
-    if len(logits) != sum(c["n_steps"] * c["batch"] for c in decode_calls) or len(logits) != len(tokens):
-        raise CaptureError("logits rows do not add up to the decode calls' steps x batch")
-    encoder = np.stack(encoder) if encoder else np.zeros((0, dims.n_audio_ctx, dims.n_audio_state), np.float32)
 
-    waveform_check = None
-    if capture.waveforms:
-        waveform_check = common.waveform_matches(scenario["audio"], np.asarray(capture.waveforms[0]))
+def run_scenario(model, scenario: dict):
+    """One transcription with captures. Returns (meta, arrays by name) ready to write."""
+    import torch
 
-    eot = capture.calls[0]["eot"] if capture.calls else common.eot("whisper.tokenizer", model, options)
-    audio = {
-        "samples": int(np.asarray(capture.waveforms[0]).size) if capture.waveforms else None,
-        "mel_frames": int(mel.shape[0]),
-        "decoded_equals_wav_pcm": waveform_check,
-    }
-    meta = common.scenario_meta(decode_calls, tokens, eot, transcript, options, thresholds, audio)
-    return meta, {"logits": logits, "mel": mel, "encoder": encoder}
+    tmod = importlib.import_module("whisper.transcribe")
+    options = dict(scenario.get("options", {}))
+    options.setdefault("fp16", False)  # fp32 on the CPU; the weights are fp32
+    capture = Capture()
+    torch.manual_seed(scenario["seed"])  # sampling at T > 0 draws from torch's generator
+    with capture.install():
+        transcript = tmod.transcribe(model, scenario["audio"], verbose=None, **options)
+    return common.scenario_record(capture, model, scenario, options, transcript)
 
 
 def environment():
@@ -441,8 +305,8 @@ def environment():
 
 
 def main():
-    args = base.path_parser("--spec", "--out").parse_args()
-    spec = spec_check.checked_spec(args.spec, validate_spec)
+    args = base.parser("openai-whisper oracle: goldens of the transcription scenarios").parse_args()
+    spec = spec_check.checked_spec(args.job, validate_spec)
     try:
         model = load_openai_model(spec["model_dir"])
     except WeightsError as e:

@@ -1,8 +1,9 @@
 """Silero VAD oracle: the silero-vad package's own model and `get_speech_timestamps` on WAVs.
 
 Runs inside the silero-vad oracle venv (oracles/silero-vad/requirements.txt) and imports only
-that venv's packages and the standard library. For each WAV (16 kHz mono 16-bit PCM, read with
-`wave`, samples / 32768 as float32, as torchaudio loads PCM16) it writes:
+that venv's packages, the standard library and oracles/common/oracle_base.py (its command
+line). For each WAV (16 kHz mono 16-bit PCM, read with `wave`, samples / 32768 as float32, as
+torchaudio loads PCM16) it writes:
 
 - `<stem>.probs.npy`: float32, one speech probability per 512-sample chunk, exactly the values
   the package's `get_speech_timestamps` thresholded (the model is wrapped so every call it
@@ -10,15 +11,14 @@ that venv's packages and the standard library. For each WAV (16 kHz mono 16-bit 
 - `<stem>.json`: per named option set, the speech segments (integer sample offsets); the
   sample sha256, the package's wall time, and an environment block (versions, threads).
 
-Usage: python generate.py --out DIR --options '{"default": {}, "name": {"threshold": 0.6}}'
-       [--repeat N] a.wav ...
+Usage: python -I generate.py --job JOB.json --out DIR, the job
+  {"wavs": ["a.wav", ...], "options": {"default": {}, "name": {"threshold": 0.6}}, "repeat": N}
 Every option set re-runs the package's `get_speech_timestamps` (model included); the
 probabilities must come out the same each time (the model is deterministic), else it fails.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import importlib.metadata as metadata
 import json
@@ -31,6 +31,10 @@ from pathlib import Path
 import numpy as np
 import torch
 from silero_vad import get_speech_timestamps, load_silero_vad
+
+# oracles/common by path: the venv does not have this repository on sys.path.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
+import oracle_base as base  # noqa: E402
 
 
 class RecordingModel:
@@ -74,26 +78,22 @@ def environment() -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument(
-        "--options", default='{"default": {}}', help="named get_speech_timestamps keyword arguments (JSON)"
-    )
-    parser.add_argument("--repeat", type=int, default=1, help="timed repetitions (the first result is kept)")
-    parser.add_argument("wavs", nargs="+", type=Path)
-    args = parser.parse_args()
-    option_sets = json.loads(args.options)
-    args.out.mkdir(parents=True, exist_ok=True)
+    """The job: {"wavs": [paths], "options": {name: get_speech_timestamps keyword arguments},
+    "repeat": timed repetitions (the first result is kept)}."""
+    job, out = base.job_and_out("silero-vad oracle: probabilities and segments per WAV")
+    option_sets = job.get("options", {"default": {}})
+    repeat = int(job.get("repeat", 1))
+    wavs = [Path(w) for w in job["wavs"]]
 
     model = RecordingModel(load_silero_vad())  # the TorchScript model; the package sets 1 thread
-    for path in args.wavs:
+    for path in wavs:
         samples = read_wav(path)
         audio = torch.from_numpy(samples)
         times: dict[str, list[float]] = {}
         segments: dict[str, list[dict[str, int]]] = {}
         probs = None
         for name, options in option_sets.items():
-            for _ in range(max(1, args.repeat)):
+            for _ in range(max(1, repeat)):
                 start = time.perf_counter()
                 result = get_speech_timestamps(audio, model, sampling_rate=16000, **options)
                 times.setdefault(name, []).append(time.perf_counter() - start)
@@ -103,7 +103,7 @@ def main() -> None:
                 elif got.tobytes() != probs.tobytes():
                     raise SystemExit(f"{path}: the package's probabilities changed between runs")
                 segments.setdefault(name, [{"start": int(s["start"]), "end": int(s["end"])} for s in result])
-        np.save(args.out / f"{path.stem}.probs.npy", probs.astype(np.float32), allow_pickle=False)
+        np.save(out / f"{path.stem}.probs.npy", probs.astype(np.float32), allow_pickle=False)
         record = {
             "wav": path.name,
             "samples": int(samples.shape[0]),
@@ -114,7 +114,7 @@ def main() -> None:
             "seconds": times,
             "environment": environment(),
         }
-        (args.out / f"{path.stem}.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        (out / f"{path.stem}.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ while the pins are unchanged, and a new one is built when they change.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -25,23 +25,10 @@ from pathlib import Path
 from filelock import FileLock
 
 from harness.errors import OracleError, OracleVersionError
+from harness.oracle.descriptor import MLX_FREE_ORACLES, ORACLE_DISTRIBUTIONS, descriptor, oracle_family
 from harness.paths import cache_root, oracles_dir
 from harness.progress import progress
 from harness.timing import clock
-
-# The distributions whose versions identify an oracle interpreter.
-ORACLE_DISTRIBUTIONS = ("mlx", "mlx-lm", "mlx-whisper", "mlx-optiq", "transformers", "openai-whisper", "torch")
-# Which framework each oracle computes in: it decides what keys its goldens
-# (harness/provenance.py, golden_key) and whether its venv may hold mlx.
-ORACLE_FAMILY = {
-    "mlx-lm": "mlx",
-    "mlx-optiq": "mlx",
-    "mlx-whisper": "mlx",
-    "openai-whisper": "torch",
-    "silero-vad": "torch",
-}
-# Oracles computing in another framework (no mlx in their venv).
-MLX_FREE_ORACLES = tuple(name for name, family in ORACLE_FAMILY.items() if family != "mlx")
 
 _VERSIONS_SNIPPET = (
     "import importlib.metadata as m, json, sys\n"
@@ -79,7 +66,7 @@ class OracleEnv:
 
     @property
     def generator(self) -> Path:
-        return oracles_dir() / self.name / "generate.py"
+        return descriptor(self.name).script("generate.py")
 
     def versions(self, *dists: str) -> dict[str, str | None]:
         """Versions actually installed in the venv (asked of its own interpreter)."""
@@ -90,17 +77,8 @@ class OracleEnv:
         return json.loads(out.stdout)
 
 
-def oracle_family(oracle: str) -> str:
-    try:
-        return ORACLE_FAMILY[oracle]
-    except KeyError:
-        raise OracleError(
-            f"oracle {oracle!r} has no family: name it in ORACLE_FAMILY in harness/runners/venvs.py "
-            f"(one of {sorted(set(ORACLE_FAMILY.values()))}), which decides how its goldens are keyed"
-        ) from None
-
-
 def pins_path(oracle: str) -> Path:
+    descriptor(oracle)  # an unknown name is an error naming the known ones
     path = oracles_dir() / oracle / "requirements.txt"
     if not path.is_file():
         raise OracleError(f"unknown oracle {oracle!r}: expected pins at {path}")
@@ -114,23 +92,6 @@ def nodeps_pins_path(oracle: str) -> Path:
 
 
 NODEPS_MARKER = "# --no-deps"  # where the second pin file starts in read_pins' text
-
-
-def common_sources(oracle: str, script: str = "generate.py") -> dict[str, Path]:
-    """The oracles/common modules an oracle's script (generate.py; quality.py for the quality
-    measurements) loads (by `import name` or `importlib.import_module("name")`; they load none
-    themselves): part of what its goldens depend on, hashed into their provenance beside it."""
-    common = {p.stem: p for p in sorted((oracles_dir() / "common").glob("*.py"))}
-    names = set()
-    for node in ast.walk(ast.parse((oracles_dir() / oracle / script).read_text())):
-        if isinstance(node, ast.Import):
-            names |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-        elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module" and node.args:
-            if isinstance(node.args[0], ast.Constant):
-                names.add(node.args[0].value)
-    return {name: common[name] for name in sorted(names & set(common))}
 
 
 def read_pins(oracle: str) -> str:
@@ -375,3 +336,30 @@ def oracle_pins_hash(oracle: str) -> str:
     if os.environ.get("MLX_PARITY_ORACLE_PYTHON"):
         return ensure_oracle_env(oracle).pins_hash
     return pins_hash(read_pins(oracle))
+
+
+@dataclass(frozen=True)
+class TorchFacts:
+    """Asked of a torch oracle's own interpreter."""
+
+    version: str
+    capability: str
+
+
+_TORCH_SNIPPET = (
+    "import json, torch\n"
+    "print(json.dumps({'version': torch.__version__, 'capability': torch.backends.cpu.get_cpu_capability()}))\n"
+)
+
+
+@functools.cache
+def torch_facts(env: OracleEnv) -> TorchFacts:
+    """The torch version and CPU capability of an oracle venv, in the environment its generator
+    runs in (so `ATEN_CPU_CAPABILITY` counts as it does for the goldens)."""
+    cmd, run_env = env.command("-c", _TORCH_SNIPPET)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=run_env, check=False)
+    if out.returncode != 0:
+        raise OracleError(
+            f"oracle venv {env.root}: cannot ask torch for its CPU capability: {out.stderr.strip()[-500:]}"
+        )
+    return TorchFacts(**json.loads(out.stdout.strip().splitlines()[-1]))

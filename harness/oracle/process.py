@@ -1,0 +1,206 @@
+"""The one way the harness runs an oracle's code: `OracleProcess`.
+
+A script of an oracle (declared in its descriptor, harness/oracle/descriptor.py) runs in the
+oracle's own venv (`python -I`, so the repository is not importable there), offline
+(`HF_HUB_OFFLINE=1`: it loads local directories, never the hub), in a work directory of its
+own under the cache, with one command line for every script:
+
+    python -I oracles/<oracle>/<script> --job JOB.json --out OUT/
+
+JOB.json is everything the script is asked (a JSON object), OUT/ an empty folder for
+everything it answers. A non-zero exit is an OracleError with the tail of its output, raised
+inside the progress task (its line says "failed", never "done"); the environment block a
+script reports (versions, device, BLAS) is checked against the project's by
+`check_environment`. Long-lived benchmark workers (`serve`) and one-line questions to the
+venv's interpreter (`ask`) go through here too: no other module starts an oracle process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from harness.errors import OracleError, OracleVersionError
+from harness.oracle.descriptor import OracleDescriptor, descriptor
+from harness.oracle.venvs import OracleEnv, check_same_mlx, ensure_oracle_env
+from harness.paths import cache_root
+from harness.progress import progress
+
+OWNER_FILE = "owner.pid"  # the harness process a script's work directory belongs to
+TAIL_LINES = 20  # of a failed script's output, in the error
+
+
+def _parent_death_signal() -> Any:
+    """What the script's process calls before it runs (Linux): prctl(PR_SET_PDEATHSIG,
+    SIGKILL), so it is killed when the harness dies, even by SIGKILL, instead of running on as
+    an orphan. Resolved here, in the harness, so the forked child only makes the call. macOS has
+    no such signal (None): there an orphan runs to its end, and its work directory is swept by
+    the next run (`sweep_stale_work_dirs`)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    import signal
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    return lambda: prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: alive
+    return True
+
+
+def sweep_stale_work_dirs(tmp: Path) -> list[Path]:
+    """Remove the scripts' work directories whose harness process is gone (killed before its
+    TemporaryDirectory could clean up). A directory without an owner file is left alone
+    unless it is an hour old (made by an older harness, or between mkdir and the write)."""
+    removed = []
+    for work in tmp.glob("oracle-*"):
+        try:
+            owner = int((work / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            try:
+                stale = time.time() - work.stat().st_mtime > 3600
+            except OSError:
+                continue
+        else:
+            stale = not _alive(owner)
+        if stale:
+            shutil.rmtree(work, ignore_errors=True)
+            removed.append(work)
+    return removed
+
+
+@contextlib.contextmanager
+def work_directory() -> Iterator[Path]:
+    """A fresh work directory under the cache, owned by this process (swept once it is gone)."""
+    tmp = cache_root() / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    sweep_stale_work_dirs(tmp)
+    with tempfile.TemporaryDirectory(prefix="oracle-", dir=tmp) as name:
+        work = Path(name)
+        (work / OWNER_FILE).write_text(f"{os.getpid()}\n")
+        yield work
+
+
+def _start(cmd: list[str], env: dict[str, str], work: Path, stdin: int, stderr: int) -> subprocess.Popen[str]:
+    """The script's process: text lines on stdout, in its work folder, dying with the harness."""
+    return subprocess.Popen(
+        cmd,
+        stdin=stdin,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+        env=env,
+        cwd=work,
+        preexec_fn=_parent_death_signal(),
+    )
+
+
+class OracleProcess:
+    """One oracle's scripts, run in its venv (built on first use from its pins)."""
+
+    def __init__(self, oracle: str):
+        self.descriptor: OracleDescriptor = descriptor(oracle)
+        self.name = oracle
+        self._env: OracleEnv | None = None
+
+    @property
+    def env(self) -> OracleEnv:
+        if self._env is None:
+            self._env = ensure_oracle_env(self.name)
+        return self._env
+
+    def check_versions(self) -> dict[str, str | None]:
+        """Before a run: the venv's mlx is the project's (an mlx-free oracle has none); its versions."""
+        from harness.provenance import device_facts
+
+        return check_same_mlx(self.env, device_facts().mlx)
+
+    def _command(self, script: str, work: Path, *extra: str) -> tuple[list[str], dict[str, str]]:
+        cmd, env = self.env.command(
+            str(self.descriptor.script(script)), "--job", str(work / "job.json"), "--out", str(work / "out"), *extra
+        )
+        env["HF_HUB_OFFLINE"] = "1"
+        return cmd, env
+
+    @contextlib.contextmanager
+    def run(
+        self,
+        script: str,
+        job: dict[str, Any],
+        task: str | None = None,
+        on_line: Callable[[str], None] | None = None,
+    ) -> Iterator[Path]:
+        """Run `script` on `job`; yields its OUT folder (gone when the block ends). `task` is
+        the progress line shown while it runs; `on_line` sees each line it prints as it comes."""
+        with work_directory() as work:
+            (work / "job.json").write_text(json.dumps(job, indent=1))
+            (work / "out").mkdir()
+            cmd, env = self._command(script, work)
+            with progress.task(task) if task else contextlib.nullcontext():
+                tail: list[str] = []
+                with _start(cmd, env, work, stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT) as proc:
+                    assert proc.stdout is not None
+                    for line in proc.stdout:
+                        tail = (tail + [line.rstrip()])[-TAIL_LINES:]
+                        if on_line is not None:
+                            on_line(line.rstrip("\n"))
+                    code = proc.wait()
+                if code != 0:  # inside the task: its line says "failed", never "done"
+                    raise OracleError(f"oracle {self.name} {script} failed (exit {code}):\n" + "\n".join(tail))
+            yield work / "out"
+
+    def serve(self, script: str, job: dict[str, Any], work: Path) -> subprocess.Popen[str]:
+        """A long-lived worker (`--serve`: one JSON line per request on stdin, one per answer on
+        stdout) in `work`, which the caller owns and removes."""
+        (work / "job.json").write_text(json.dumps(job, indent=1))
+        (work / "out").mkdir(exist_ok=True)
+        cmd, env = self._command(script, work, "--serve")
+        return _start(cmd, env, work, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def ask(self, code: str, *args: str) -> str:
+        """The stdout of `python -c code args` in the venv: a question to its interpreter
+        (installed versions, torch's CPU capability), in the environment its scripts run in."""
+        cmd, env = self.env.command("-c", code, *args)
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+        if out.returncode != 0:
+            raise OracleError(f"oracle venv {self.env.root}: {code.splitlines()[0]} ... failed: {out.stderr[-500:]}")
+        return out.stdout
+
+    def check_environment(self, oracle_env: dict[str, Any]) -> None:
+        """The environment block a script reported: the project's mlx, backend and BLAS (an
+        mlx-free oracle must have run without mlx)."""
+        from harness.provenance import classify_blas, device_facts
+
+        facts = device_facts()
+        if self.descriptor.family != "mlx":  # another framework: judged on tokens only
+            if oracle_env.get("mlx") is not None:
+                raise OracleVersionError(f"oracle {self.name} ran mlx {oracle_env['mlx']}: it must run without it")
+            return
+        if oracle_env.get("mlx") != facts.mlx:
+            raise OracleVersionError(
+                f"oracle {self.name} ran mlx {oracle_env.get('mlx')}, the project runs mlx {facts.mlx}"
+            )
+        oracle_device = str(oracle_env.get("device", ""))
+        if facts.backend not in oracle_device:
+            raise OracleVersionError(f"oracle {self.name} ran on {oracle_device}, the project on {facts.backend}")
+        libs = oracle_env.get("blas_libraries") or []
+        if libs and classify_blas(libs) != facts.blas:
+            raise OracleVersionError(
+                f"oracle {self.name} used BLAS {classify_blas(libs)} ({libs}), the project uses {facts.blas}"
+            )
