@@ -34,6 +34,7 @@ from harness.oracle.descriptor import OracleDescriptor, descriptor
 from harness.oracle.venvs import OracleEnv, check_same_mlx, ensure_oracle_env
 from harness.paths import cache_root
 from harness.progress import progress
+from harness.provenance import classify_blas, device_facts
 
 OWNER_FILE = "owner.pid"  # the harness process a script's work directory belongs to
 TAIL_LINES = 20  # of a failed script's output, in the error
@@ -127,8 +128,6 @@ class OracleProcess:
 
     def check_versions(self) -> dict[str, str | None]:
         """Before a run: the venv's mlx is the project's (an mlx-free oracle has none); its versions."""
-        from harness.provenance import device_facts
-
         return check_same_mlx(self.env, device_facts().mlx)
 
     def _command(self, script: str, work: Path, *extra: str) -> tuple[list[str], dict[str, str]]:
@@ -185,8 +184,6 @@ class OracleProcess:
     def check_environment(self, oracle_env: dict[str, Any]) -> None:
         """The environment block a script reported: the project's mlx, backend and BLAS (an
         mlx-free oracle must have run without mlx)."""
-        from harness.provenance import classify_blas, device_facts
-
         facts = device_facts()
         if self.descriptor.family != "mlx":  # another framework: judged on tokens only
             if oracle_env.get("mlx") is not None:
