@@ -38,8 +38,8 @@ goldens: venv
 test: venv
 	$(PY) -m pytest tests -n $(call q,$(WORKERS)) --dist loadgroup -p no:cacheprovider $(ARGS)
 
-## make nightly: every profile, full-size twins included (minicpm5-2b: ~1.5 GB twin, scoped on CPU; whisper-large-v3-turbo: ~3 GB fp32 twin)
-NIGHTLY_MODELS ?= smollm2-135m minicpm5-2b-mini minicpm5-2b-mini-bf16 minicpm5-2b llama-spm-mini llama-spm-keep-space-mini llama-unigram-mini whisper-tiny-en whisper-base whisper-large-v3-turbo-mini whisper-large-v3-turbo silero-vad
+## make nightly: every profile `python -m harness list --nightly` names (a CPU scenario, not `nightly: false`), full-size twins included (minicpm5-2b: ~1.5 GB twin, scoped on CPU; whisper-large-v3-turbo: ~3 GB fp32 twin)
+NIGHTLY_MODELS ?= $(shell $(PY) -m harness list --nightly)
 nightly: venv
 	$(PY) -m harness parity $(foreach m,$(NIGHTLY_MODELS),--model $(call q,$(m))) $(ARGS)
 

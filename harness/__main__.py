@@ -114,9 +114,12 @@ def _compact(args: argparse.Namespace) -> int:
     return 0
 
 
-def _list() -> int:
-    from harness.profile.load import available_profiles, load_profile
+def _list(args: argparse.Namespace) -> int:
+    from harness.profile.load import available_profiles, load_profile, nightly_models
 
+    if args.nightly or args.names:
+        print("\n".join(nightly_models() if args.nightly else available_profiles()))
+        return 0
     for name, path in available_profiles().items():
         try:
             p = load_profile(path)
@@ -137,6 +140,19 @@ def _list() -> int:
             print(f"{name:28} {judged:34} voice activity (profiles/vad/{path.name})")
         except HarnessError as e:
             print(f"{name:24} INVALID: {e}")
+    return 0
+
+
+def _settings(args: argparse.Namespace) -> int:
+    from harness import settings
+    from harness.fileio import atomic_write_bytes
+
+    text = settings.reference_markdown()
+    if args.write:
+        atomic_write_bytes(settings.REFERENCE, text.encode())
+        print(f"wrote {settings.REFERENCE.relative_to(REPO_ROOT)}")
+    else:
+        sys.stdout.write(text)
     return 0
 
 
@@ -162,7 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--oracle", action="append", default=[], help="only the scenarios this oracle judges")
     c = sub.add_parser("compact-goldens", help="rewrite this device's full goldens as compact ones")
     c.add_argument("--model", action="append", default=[])
-    sub.add_parser("list", help="list profiles")
+    ls = sub.add_parser("list", help="list profiles")
+    ls.add_argument("--names", action="store_true", help="only the names, one per line")
+    ls.add_argument("--nightly", action="store_true", help="only the names `make nightly` runs, one per line")
+    s = sub.add_parser("settings", help="the environment variables the harness reads (docs/settings.md)")
+    s.add_argument("--write", action="store_true", help="rewrite docs/settings.md from the table")
     from harness.signoff.args import add_arguments as add_signoff_arguments
 
     add_signoff_arguments(sub.add_parser("signoff", help="run every profile and write a sign-off report directory"))
@@ -180,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
             return _goldens(args)
         if args.command == "compact-goldens":
             return _compact(args)
-        return _list()
+        if args.command == "settings":
+            return _settings(args)
+        return _list(args)
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.settings import directory
+from harness import settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FIXTURES_DIR = REPO_ROOT / "fixtures" / "audio"  # audio fixtures (WAV) of speech and VAD scenarios
@@ -15,19 +15,19 @@ def cache_root() -> Path:
 
     `MLX_PARITY_CACHE` moves it (tests use a temporary one); default `<repo>/.cache`.
     """
-    return directory("MLX_PARITY_CACHE", REPO_ROOT / ".cache")
+    return settings.read().cache
 
 
 def profiles_dir() -> Path:
-    return directory("MLX_PARITY_PROFILES", REPO_ROOT / "profiles")
+    return settings.read().profiles
 
 
 def goldens_dir() -> Path:
-    return directory("MLX_PARITY_GOLDENS", REPO_ROOT / "goldens")
+    return settings.read().goldens
 
 
 def reports_dir() -> Path:
-    return directory("MLX_PARITY_REPORTS", REPO_ROOT / "reports")
+    return settings.read().reports
 
 
 def oracles_dir() -> Path:

@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import settings
 from harness.errors import HarnessError
 from harness.paths import REPO_ROOT, cache_root, oracles_dir, shown
 
@@ -85,10 +86,10 @@ def uv_binary() -> str:
 
 def clean_env(platform: Platform) -> dict[str, str]:
     """This process's environment without pip's or uv's settings, the package index apart."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+    env = {k: v for k, v in settings.environment().items() if not k.startswith(("PIP_", "UV_"))}
     env["UV_CACHE_DIR"] = str(cache_root() / "uv")
-    if os.environ.get("PIP_INDEX_URL"):
-        env["UV_INDEX_URL"] = os.environ["PIP_INDEX_URL"]
+    if settings.read().pip_index_url:
+        env["UV_INDEX_URL"] = settings.read().pip_index_url
     return env | dict(platform.env)
 
 

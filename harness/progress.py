@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 from rich.console import Console
 
-from harness.settings import flag
+from harness import settings
 
 
 class Progress:
@@ -25,7 +25,7 @@ class Progress:
 
     @property
     def quiet(self) -> bool:
-        return flag("MLX_PARITY_QUIET")
+        return settings.read().quiet
 
     def say(self, message: str) -> None:
         if not self.quiet:

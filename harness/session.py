@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness import settings
 from harness.artifacts.resolve import ResolvedArtifact, resolve_artifact
 from harness.checks import registry
 from harness.checks.compare import (
@@ -47,13 +48,12 @@ from harness.runners import InTreeRunner, ModelHook
 from harness.runners.llama import LlamaRunner
 from harness.runners.oracle import OracleRunner
 from harness.runners.whisper import WhisperRunner
-from harness.settings import flag
 from harness.timing import clock, in_tree_phase
 
 
 def localize_enabled() -> bool:
     """`MLX_PARITY_LOCALIZE=0` skips localization (it costs one more run of each side)."""
-    return flag("MLX_PARITY_LOCALIZE")
+    return settings.read().localize
 
 
 def check_deterministic(label: str, first: ScenarioRecord, second: ScenarioRecord) -> None:

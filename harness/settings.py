@@ -1,64 +1,247 @@
-"""The harness's `MLX_PARITY_*` environment settings, read and checked in one place.
+"""Every environment variable the harness reads, in one table, read into one typed `Settings`.
+
+No other module of the harness reads `os.environ` (tests/test_layout.py): it asks `read()` for
+the typed settings, or `environment()` for the copy a child process inherits. The reference in
+docs/settings.md is generated from the table (`python -m harness settings --write`; a test keeps
+the two equal).
 
 A flag is on or off: 1/true/yes/on or 0/false/no/off (any case); unset or empty is its
 default. Anything else is an error naming the variable, never "on" by accident
 (`MLX_PARITY_OVERLAP=banana`). A directory setting that is set but empty is an error too: an
 empty path is the current directory, and `MLX_PARITY_GOLDENS=` once wrote goldens into the
 repository root.
+
+`read()` reads the environment once per distinct set of values: a run reads it once, and a test
+that changes a variable (monkeypatch) gets settings that follow it.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import HarnessError
 
 ON = ("1", "true", "yes", "on")
 OFF = ("0", "false", "no", "off")
+REPO_ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = REPO_ROOT / "docs" / "settings.md"
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "HTTP_PROXY", "http_proxy")
 
-# Every flag the harness reads, with its default and what it does (checked all at once at start).
-FLAGS = {
-    "MLX_PARITY_QUIET": (False, "silence live progress on stderr"),
-    "MLX_PARITY_LOCALIZE": (True, "localize a failing logits row to its first diverging module"),
-    "MLX_PARITY_OVERLAP": (True, "generate absent goldens beside the in-tree side"),
-    "MLX_PARITY_REQUIRE_REAL": (False, "refuse a profile's twin: the real artifact is required"),
-}
-DIRECTORIES = ("MLX_PARITY_CACHE", "MLX_PARITY_PROFILES", "MLX_PARITY_GOLDENS", "MLX_PARITY_REPORTS")
+
+@dataclass(frozen=True)
+class Setting:
+    """One environment variable: its `Settings` field, kind, default and what it does."""
+
+    name: str
+    field: str
+    kind: str  # flag | directory | path | text | present
+    default: object
+    doc: str
+    ours: bool = True  # an MLX_PARITY_* variable, or one the harness honours from its tools
+
+
+SETTINGS = (
+    Setting("MLX_PARITY_QUIET", "quiet", "flag", False, "silence the live progress lines on stderr"),
+    Setting(
+        "MLX_PARITY_LOCALIZE",
+        "localize",
+        "flag",
+        True,
+        "localize a failing logits row to its first diverging module (one more run of each side)",
+    ),
+    Setting(
+        "MLX_PARITY_OVERLAP",
+        "overlap",
+        "flag",
+        True,
+        "generate absent goldens with the oracle while the in-tree side runs (where a second core or a GPU is free)",
+    ),
+    Setting(
+        "MLX_PARITY_REQUIRE_REAL",
+        "require_real",
+        "flag",
+        False,
+        "refuse a profile's deterministic twin: the real artifact is required",
+    ),
+    Setting("MLX_PARITY_CACHE", "cache", "directory", "<repo>/.cache", "venvs, artifacts, golden blobs, work folders"),
+    Setting("MLX_PARITY_PROFILES", "profiles", "directory", "<repo>/profiles", "where the model profiles are read"),
+    Setting("MLX_PARITY_GOLDENS", "goldens", "directory", "<repo>/goldens", "golden manifests, read and written"),
+    Setting("MLX_PARITY_REPORTS", "reports", "directory", "<repo>/reports", "where parity and sign-off reports go"),
+    Setting(
+        "MLX_PARITY_ORACLE_PYTHON",
+        "oracle_python",
+        "path",
+        None,
+        "a prepared interpreter for every oracle instead of the venvs built from the pins (machines with no "
+        "package index, as the lent GPU machine); its installed versions then key the goldens",
+    ),
+    Setting(
+        "MLX_PARITY_ORACLE_PYTHONPATH",
+        "oracle_pythonpath",
+        "text",
+        "",
+        "the PYTHONPATH that interpreter runs with",
+    ),
+    Setting(
+        "HF_HUB_OFFLINE",
+        "hub_offline",
+        "flag",
+        False,
+        "resolve hub artifacts from the local Hugging Face cache only (huggingface_hub's own variable)",
+        ours=False,
+    ),
+    Setting(
+        "PIP_INDEX_URL",
+        "pip_index_url",
+        "text",
+        "",
+        "the package index; `python -m harness portability` hands it to uv as UV_INDEX_URL",
+        ours=False,
+    ),
+    *(
+        Setting(
+            name,
+            "proxy",
+            "present",
+            False,
+            "a proxy is in use: the harness does not probe the hub's host directly before a download",
+            ours=False,
+        )
+        for name in PROXY_VARIABLES
+    ),
+)
+BY_NAME = {s.name: s for s in SETTINGS}
 
 
 class SettingError(HarnessError):
-    """An MLX_PARITY_* variable holds a value the harness cannot act on."""
+    """An environment variable holds a value the harness cannot act on."""
 
 
-def flag(name: str) -> bool:
-    default, _ = FLAGS[name]
-    value = os.environ.get(name, "").strip()
+@dataclass(frozen=True)
+class Settings:
+    """The environment as the harness reads it, typed and checked."""
+
+    quiet: bool
+    localize: bool
+    overlap: bool
+    require_real: bool
+    cache: Path
+    profiles: Path
+    goldens: Path
+    reports: Path
+    oracle_python: Path | None
+    oracle_pythonpath: str
+    hub_offline: bool
+    pip_index_url: str
+    proxy: bool
+
+
+def _flag(setting: Setting, value: str | None) -> bool:
+    value = (value or "").strip()
     if value == "":
-        return default
+        return bool(setting.default)
     if value.lower() in ON:
         return True
     if value.lower() in OFF:
         return False
     raise SettingError(
-        f"{name}={value!r}: expected one of {'/'.join(ON)} (on) or {'/'.join(OFF)} (off), or unset "
-        f"for the default ({'on' if default else 'off'})"
+        f"{setting.name}={value!r}: expected one of {'/'.join(ON)} (on) or {'/'.join(OFF)} (off), or unset "
+        f"for the default ({'on' if setting.default else 'off'})"
     )
 
 
-def directory(name: str, default: Path) -> Path:
-    assert name in DIRECTORIES
-    value = os.environ.get(name)
+def _directory(setting: Setting, value: str | None) -> Path:
+    default = REPO_ROOT / str(setting.default).removeprefix("<repo>/")
     if value is None:
         return default.resolve()
     if not value.strip():
-        raise SettingError(f"{name} is set but empty: unset it for the default {default}, or name a directory")
+        raise SettingError(f"{setting.name} is set but empty: unset it for the default {default}, or name a directory")
     return Path(value).expanduser().resolve()
+
+
+def _hub_offline(value: str | None) -> bool:
+    # huggingface_hub's own reading: anything but unset, empty or 0 is offline (no error: not ours).
+    return (value or "").strip() not in ("", "0")
+
+
+@functools.lru_cache(maxsize=16)
+def _parse(values: tuple[str | None, ...]) -> Settings:
+    fields: dict[str, object] = {}
+    for setting, value in zip(SETTINGS, values, strict=True):
+        if setting.kind == "flag":
+            parsed = _hub_offline(value) if setting.name == "HF_HUB_OFFLINE" else _flag(setting, value)
+        elif setting.kind == "directory":
+            parsed = _directory(setting, value)
+        elif setting.kind == "path":
+            parsed = Path(value).expanduser() if value else None
+        elif setting.kind == "present":
+            parsed = bool(value) or bool(fields.get(setting.field))
+        else:
+            parsed = value if value is not None else setting.default
+        fields[setting.field] = parsed
+    return Settings(**fields)
+
+
+def read() -> Settings:
+    """The settings for the environment as it is now (a bad value raises `SettingError`)."""
+    return _parse(tuple(os.environ.get(s.name) for s in SETTINGS))
 
 
 def check_all() -> None:
     """Every setting read once, so a bad value stops a run before it starts."""
-    for name in FLAGS:
-        flag(name)
-    for name in DIRECTORIES:
-        directory(name, Path("."))
+    read()
+
+
+def environment() -> dict[str, str]:
+    """A copy of this process's environment, for a child process to inherit (and amend)."""
+    return dict(os.environ)
+
+
+def set_default(name: str, value: str) -> None:
+    """Set a known variable for this process and its children unless the user already set it."""
+    if name not in BY_NAME:
+        raise KeyError(f"{name} is not a setting of the harness")
+    os.environ.setdefault(name, value)
+
+
+def reference_markdown() -> str:
+    """docs/settings.md, generated from the table."""
+    lines = [
+        "# Environment settings",
+        "",
+        "Generated from `harness/settings.py` by `python -m harness settings --write`; a test keeps this page",
+        "equal to the table, and no other module of the harness reads the environment.",
+        "",
+        "Flags take 1/true/yes/on or 0/false/no/off (any case); unset or empty means the default, anything",
+        "else stops every verb before it starts with an error naming the variable. A directory that is set",
+        "but empty is an error too (it would mean the current directory).",
+        "",
+        "| Variable | Kind | Default | What it does |",
+        "|---|---|---|---|",
+    ]
+    seen_proxy = False
+    for s in SETTINGS:
+        if s.kind == "present":
+            if seen_proxy:
+                continue
+            seen_proxy = True
+            names = ", ".join(f"`{p.name}`" for p in SETTINGS if p.kind == "present")
+            lines.append(f"| {names} | set or not | unset | {s.doc} |")
+            continue
+        if s.kind == "flag":
+            default = "on" if s.default else "off"
+        elif s.default in (None, ""):
+            default = "unset"
+        else:
+            default = f"`{s.default}`"
+        lines.append(f"| `{s.name}` | {s.kind} | {default} | {s.doc} |")
+    lines += [
+        "",
+        "Variables not starting with `MLX_PARITY_` belong to other tools; the harness reads them only",
+        "for what the table says.",
+        "",
+    ]
+    return "\n".join(lines)

@@ -73,7 +73,8 @@ def test_hub_artifact_refuses_a_revision_the_cache_lacks(isolated: Path, hf_cach
 
 
 def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness.artifacts.resolve import PROXY_VARIABLES, hub_unreachable
+    from harness.artifacts.resolve import hub_unreachable
+    from harness.settings import PROXY_VARIABLES
 
     for name in PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)

@@ -13,8 +13,14 @@ WORKFLOW = REPO_ROOT / ".github" / "workflows" / "nightly-cpu.yml"
 
 
 def _nightly_models() -> list[str]:
+    """The Makefile's NIGHTLY_MODELS is read from the profiles, not typed: it is what
+    `python -m harness list --nightly` prints."""
+    from harness.profile.load import nightly_models
+
     makefile = (REPO_ROOT / "Makefile").read_text()
-    return re.search(r"^NIGHTLY_MODELS \?= (.+)$", makefile, re.M).group(1).split()
+    line = re.search(r"^NIGHTLY_MODELS \?= (.+)$", makefile, re.M).group(1)
+    assert line == "$(shell $(PY) -m harness list --nightly)", line
+    return nightly_models()
 
 
 def test_a_scheduled_job_runs_make_mutants_and_every_nightly_profile() -> None:

@@ -20,7 +20,7 @@ from harness.oracle.process import OWNER_FILE, sweep_stale_work_dirs
 from harness.progress import progress
 from harness.records import ScenarioRecord
 from harness.runners.oracle import OracleRunner
-from harness.settings import FLAGS
+from harness.settings import BY_NAME
 from tests.conftest import write_profile
 from tests.fakes import FakeOracle, fake_session
 
@@ -163,14 +163,22 @@ def test_item7_the_generator_dies_with_a_killed_harness(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["MLX_PARITY_OVERLAP", "MLX_PARITY_LOCALIZE", "MLX_PARITY_QUIET"])
 def test_item14_a_nonsense_flag_is_an_error_not_on(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness.settings import SettingError, flag
+    from harness.settings import SettingError, read
 
+    field = BY_NAME[name].field
     monkeypatch.setenv(name, "banana")
     with pytest.raises(SettingError, match=rf"{name}='banana': expected one of 1/true/yes/on .* or 0/false/no/off"):
-        flag(name)
-    for value, on in (("0", False), ("off", False), ("FALSE", False), ("1", True), ("yes", True), ("", FLAGS[name][0])):
+        read()
+    for value, on in (
+        ("0", False),
+        ("off", False),
+        ("FALSE", False),
+        ("1", True),
+        ("yes", True),
+        ("", BY_NAME[name].default),
+    ):
         monkeypatch.setenv(name, value)
-        assert flag(name) is on
+        assert getattr(read(), field) is on
 
 
 def test_item14_and_item4_the_cli_refuses_bad_settings_before_it_starts(isolated: Path) -> None:

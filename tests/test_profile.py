@@ -201,3 +201,20 @@ def test_stop_at_eos_is_for_plain_and_chat_scenarios_judged_by_mlx_lm(isolated: 
         load_profile(write_profile(isolated, text=text + turns))
     with pytest.raises(ProfileError, match=r"stop: expected one of 'eos', got 'newline'"):
         load_profile(write_profile(isolated, text=text.replace("stop: eos", "stop: newline")))
+
+
+def test_the_nightly_list_is_read_from_the_profiles(isolated: Path) -> None:
+    """`make nightly` runs what `python -m harness list --nightly` prints: a profile with a CPU
+    scenario, unless it says `nightly: false`; a GPU-only one is not in it."""
+    from harness.profile.load import nightly_models
+
+    write_profile(isolated, "tiny")
+    text = VALID_PROFILE.format(name="held")
+    write_profile(isolated, "held", text.replace("\nscenarios:", "\nnightly: false\nscenarios:", 1))
+    gpu = re.sub(r"\n( *)- id: ", r"\n\1- backends: [gpu]\n\1  id: ", VALID_PROFILE.format(name="gpu"))
+    write_profile(isolated, "gpu", gpu)
+    assert load_profile(isolated / "profiles" / "held.yaml").nightly is False
+    assert not load_profile(isolated / "profiles" / "gpu.yaml").active_scenarios("cpu")
+    assert nightly_models() == ["tiny"]
+    with pytest.raises(ProfileError, match=r"nightly: expected a boolean"):
+        load_profile(write_profile(isolated, "bad", text.replace("\nscenarios:", "\nnightly: maybe\nscenarios:", 1)))

@@ -17,12 +17,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import settings
 from harness.artifacts.files import (
     build_once,
     building_dir,
@@ -36,7 +36,6 @@ from harness.errors import ArtifactError
 from harness.paths import cache_root
 from harness.profile import ArtifactSpec, Profile
 from harness.progress import progress
-from harness.settings import flag
 from harness.timing import clock
 
 
@@ -179,7 +178,7 @@ def _resolve_hub(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
         except ArtifactError as e:
             if spec.twin is None:
                 raise
-            if flag("MLX_PARITY_REQUIRE_REAL"):
+            if settings.read().require_real:
                 raise ArtifactError(
                     f"{e}; MLX_PARITY_REQUIRE_REAL=1: the real artifact is required, the twin {spec.twin} is not used"
                 ) from None
@@ -221,9 +220,6 @@ def _seed_twin(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
     return cache, identity
 
 
-PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "HTTP_PROXY", "http_proxy")
-
-
 @functools.cache
 def hub_unreachable(timeout: float = 5.0) -> str | None:
     """Why the hub cannot be reached from here (no name, no route, no answer), or None.
@@ -239,7 +235,7 @@ def hub_unreachable(timeout: float = 5.0) -> str | None:
 
     from huggingface_hub import constants
 
-    if any(os.environ.get(name) for name in PROXY_VARIABLES):
+    if settings.read().proxy:
         return None
     url = urlsplit(constants.ENDPOINT)
     host, port = url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
@@ -255,7 +251,7 @@ def _snapshot(spec: ArtifactSpec, cache_dir: Path | None) -> Path:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
-    offline = cache_dir is not None or os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
+    offline = cache_dir is not None or settings.read().hub_offline
     unreachable = None if offline else hub_unreachable()
     try:
         path = snapshot_download(

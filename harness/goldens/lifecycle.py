@@ -20,7 +20,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from harness import HARNESS_VERSION
+from harness import HARNESS_VERSION, settings
 from harness.artifacts.draft import with_draft_dir
 from harness.artifacts.files import sha256_file
 from harness.artifacts.integrity import made_here, verify_in_full
@@ -35,7 +35,6 @@ from harness.profile import Profile, Scenario
 from harness.progress import progress
 from harness.provenance import device_facts, golden_key
 from harness.records import ScenarioRecord, array_sha256
-from harness.settings import flag
 from harness.timing import clock, oracle_phase
 
 
@@ -84,7 +83,7 @@ def overlap_enabled(requested: bool) -> bool:
     """Generate goldens beside the in-tree side: when the session asks (the parity plugin's
     does; a session used directly, as tests and tools use it, does not), unless
     `MLX_PARITY_OVERLAP=0`, and where the machine has a second core or a GPU for it."""
-    if not requested or not flag("MLX_PARITY_OVERLAP"):
+    if not requested or not settings.read().overlap:
         return False
     return (os.cpu_count() or 1) >= 2 or device_facts().backend != "cpu"
 

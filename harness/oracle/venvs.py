@@ -24,6 +24,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from harness import settings
 from harness.errors import OracleError, OracleVersionError
 from harness.oracle.descriptor import MLX_FREE_ORACLES, ORACLE_DISTRIBUTIONS, descriptor, oracle_family
 from harness.paths import cache_root, oracles_dir
@@ -59,7 +60,7 @@ class OracleEnv:
 
     def command(self, *args: str) -> tuple[list[str], dict[str, str]]:
         """How to run the oracle's interpreter: isolated (`-I`), or an external one on its PYTHONPATH."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+        env = {k: v for k, v in settings.environment().items() if not k.startswith("PYTHON")}
         if self.external_python is None:
             return [str(self.python), "-I", *args], env
         return [str(self.python), "-s", *args], env | {"PYTHONPATH": self.external_path}
@@ -181,7 +182,7 @@ def _ensure_oracle_env(oracle: str) -> OracleEnv:
     not the pins, then identify it; the mlx check applies all the same.
     """
     pins = read_pins(oracle)
-    external = os.environ.get("MLX_PARITY_ORACLE_PYTHON")
+    external = settings.read().oracle_python
     if external:
         env = OracleEnv(
             name=oracle,
@@ -189,7 +190,7 @@ def _ensure_oracle_env(oracle: str) -> OracleEnv:
             pins_hash="",
             pins=pins,
             external_python=Path(external),
-            external_path=os.environ.get("MLX_PARITY_ORACLE_PYTHONPATH", ""),
+            external_path=settings.read().oracle_pythonpath,
         )
         versions = json.dumps(env.versions(*ORACLE_DISTRIBUTIONS), sort_keys=True)
         return dataclasses.replace(env, pins_hash="external-" + hashlib.sha256(versions.encode()).hexdigest()[:12])
@@ -333,7 +334,7 @@ def check_same_mlx(env: OracleEnv, project_mlx: str) -> dict[str, str | None]:
 
 def oracle_pins_hash(oracle: str) -> str:
     """The pins hash of the oracle's venv, or of the external interpreter's installed versions."""
-    if os.environ.get("MLX_PARITY_ORACLE_PYTHON"):
+    if settings.read().oracle_python:
         return ensure_oracle_env(oracle).pins_hash
     return pins_hash(read_pins(oracle))
 

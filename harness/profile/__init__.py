@@ -283,6 +283,7 @@ class Profile:
     # carried into every report, never turned into a wider gate. Each: {oracle, path, symptom, seen}.
     oracle_defects: list[dict[str, str]] = field(default_factory=list)
     quality: QualitySpec | None = None  # pairs measured apart from parity (harness/profile/quality.py)
+    nightly: bool = True  # false: `make nightly` (the nightly CPU matrix) leaves it out; say why beside it
     source_file: str = ""
 
     def scenario(self, scenario_id: str) -> Scenario:

@@ -20,6 +20,7 @@ from harness.profile.draft import check_draft_scenario
 from harness.profile.inputs import check_wav, read_yaml
 from harness.profile.quality import check_quality
 from harness.profile.response import check_response_scenario
+from harness.profile.vad import available_vad_profiles
 
 
 def _type_name(tp: Any) -> str:
@@ -314,6 +315,17 @@ def _check_writer_options(options: dict[str, Any], where: str) -> None:
 def available_profiles(directory: Path | None = None) -> dict[str, Path]:
     directory = directory or profiles_dir()
     return {p.stem: p for p in sorted(directory.glob("*.yaml"))}
+
+
+def nightly_models() -> list[str]:
+    """What `make nightly` and the nightly CPU matrix run: every profile with a scenario the CPU
+    backend runs, unless it says `nightly: false`, then every VAD profile."""
+    names = []
+    for name, path in available_profiles().items():
+        profile = load_profile(path)
+        if profile.nightly and profile.active_scenarios("cpu"):
+            names.append(name)
+    return names + list(available_vad_profiles())
 
 
 def find_profile(name: str, directory: Path | None = None) -> Profile:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -25,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness import settings
 from harness.errors import OracleError
 from harness.paths import REPO_ROOT
 from harness.profile import Profile
@@ -84,7 +84,7 @@ def intree_runs(model: Any, prompt_ids: list[int], steps: int, repeats: int) -> 
 def openblas_runs(model: str, job: Path) -> dict[str, Any]:
     """The in-tree runs in a child process with OpenBLAS preloaded (this module, `--speed-only`)."""
     cmd = [sys.executable, "-m", "harness.tools.bench", "--model", model, "--speed-only", str(job)]
-    out = run_command(cmd, env=os.environ | {"LD_PRELOAD": str(OPENBLAS)}, cwd=REPO_ROOT)
+    out = run_command(cmd, env=settings.environment() | {"LD_PRELOAD": str(OPENBLAS)}, cwd=REPO_ROOT)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -202,7 +202,7 @@ def parity_wall(model: str) -> dict[str, Any]:
         report = Path(tmp) / "report.json"
         cmd = [sys.executable, "-m", "harness", "parity", "--model", model, "--report", str(report)]
         started = time.perf_counter()
-        run_command(cmd, env=dict(os.environ), cwd=REPO_ROOT)
+        run_command(cmd, env=settings.environment(), cwd=REPO_ROOT)
         wall = time.perf_counter() - started
         report_data = json.loads(report.read_text())
     # The report's per-check seconds were measured inside that very run (the first check of a scenario

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from harness import settings
 from harness.profile import Profile
 from harness.progress import progress
 from harness.provenance import device_facts
@@ -57,8 +57,8 @@ def workers(profile: Profile, model_dir: Path, job: Path, variant: str, oracle: 
     root = Path(__file__).resolve().parents[2]
     intree = [sys.executable, "-m", "harness.tools.bench_worker", "--model-dir", str(model_dir), "--ids", str(job)]
     sides = [
-        Worker("eager", [*intree, "--side", "eager"], dict(os.environ), root),
-        Worker("compiled", [*intree, "--side", "compiled", "--variant", variant], dict(os.environ), root),
+        Worker("eager", [*intree, "--side", "eager"], settings.environment(), root),
+        Worker("compiled", [*intree, "--side", "compiled", "--variant", variant], settings.environment(), root),
     ]
     if oracle:
         sides.append(Worker.oracle("mlx_lm", profile.oracle, "bench.py", job, model_dir))

@@ -26,13 +26,13 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from harness import settings
 from harness.errors import HarnessError
 from harness.fileio import atomic_write_bytes
 from harness.progress import progress
@@ -62,7 +62,7 @@ def context_prompt(ids: list[int], context: int) -> list[int]:
 def workers(config: KVConfig, model_dir: Path, job: Path, oracle: bool) -> list[Worker]:
     root = Path(__file__).resolve().parents[2]
     intree = [sys.executable, "-m", "harness.tools.bench_kv_worker", "--model-dir", str(model_dir), "--job", str(job)]
-    sides = [Worker("in-tree", intree, dict(os.environ), root)]
+    sides = [Worker("in-tree", intree, settings.environment(), root)]
     if oracle:
         sides.append(Worker.oracle(config.oracle, config.oracle, "bench_kv.py", job, model_dir))
     return sides

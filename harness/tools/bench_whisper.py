@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import wave
 from pathlib import Path
 from typing import Any
 
+from harness import settings
 from harness.oracle.process import OracleProcess
 from harness.paths import REPO_ROOT
 from harness.progress import progress
@@ -55,7 +55,7 @@ def workers(model_dir: Path, job: Path, paths: list[str]) -> list[Worker]:
         else:
             cmd = [sys.executable, "-m", "harness.tools.bench_whisper_worker", "--model-dir", str(model_dir)]
             cmd += ["--job", str(job), "--path", path]
-            sides.append(Worker(path, cmd, dict(os.environ), REPO_ROOT, ANSWER_KEYS))
+            sides.append(Worker(path, cmd, settings.environment(), REPO_ROOT, ANSWER_KEYS))
     return sides
 
 
@@ -72,7 +72,7 @@ def profiles(model_dir: Path, job: Path, paths: list[str], repeats: int) -> dict
             continue
         cmd = [sys.executable, "-m", "harness.tools.bench_whisper_worker", "--model-dir", str(model_dir)]
         cmd += ["--job", str(job), "--path", path, "--profile", str(repeats)]
-        out = run_command(cmd, env=dict(os.environ), cwd=REPO_ROOT)
+        out = run_command(cmd, env=settings.environment(), cwd=REPO_ROOT)
         measured[path] = json.loads(out.stdout.strip().splitlines()[-1])["profile"]
     return measured
 

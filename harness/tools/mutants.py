@@ -24,11 +24,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness import settings
 from harness.checks.registry import get as registry_check
 from harness.fileio import atomic_write_json
 from harness.tools.mutant_faults import Mutant
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.summarize:
         print("\n".join(summarize([json.loads(p.read_text(encoding="utf-8")) for p in args.summarize])))
         return 0
-    os.environ.setdefault("MLX_PARITY_LOCALIZE", "0")
+    settings.set_default("MLX_PARITY_LOCALIZE", "0")
     try:
         chosen = choose(args.only, args.model)
     except ValueError as e:
