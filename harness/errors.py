@@ -5,6 +5,10 @@ class HarnessError(Exception):
     """Base of every error the harness reports to a user (no traceback needed)."""
 
 
+class UsageError(HarnessError):
+    """An argument a verb was given cannot be acted on (the CLI exits 2 with the verb's usage)."""
+
+
 class ProfileError(HarnessError):
     """A profile file is malformed: names the file, the key and what was expected."""
 

@@ -185,17 +185,12 @@ def check(pins: PinFile, platform: Platform, python: str = PYTHON_FLOOR) -> Reso
         return Resolution(pins, platform, resolve(pins, platform, python, text=text, no_deps=True), False, note)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m harness portability", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--python", default=PYTHON_FLOOR)
-    args = parser.parse_args(argv)
+def run(args: argparse.Namespace) -> int:
     failed = 0
     for pins in pin_files():
         for platform in PLATFORMS:
             try:
-                result = check(pins, platform, args.python)
+                result = check(pins, platform, args.python or PYTHON_FLOOR)
                 problems = result.problems()
                 verdict = "; ".join(problems) if problems else f"ok ({len(result.resolved)} distributions)"
                 verdict = ("FAILED: " if problems else "") + verdict + (f" [{result.note}]" if result.note else "")
@@ -204,7 +199,3 @@ def main(argv: list[str] | None = None) -> int:
                 verdict, failed = f"FAILED: {str(e).splitlines()[-1]}", failed + 1
             print(f"{pins.label:46} {platform.name:30} {verdict}")
     return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,9 +13,10 @@ import sys
 import mlx.core as mx
 import pytest
 
+from harness.cli import main as harness_main
 from harness.errors import HarnessError
 from harness.paths import REPO_ROOT
-from harness.tools.bench_kv import bench, load_prior, parse_args
+from harness.tools.bench_kv import bench, load_prior
 from harness.tools.bench_kv_budget import alone_s, attention_work, estimate_run_s, plan_cell, startup_s
 from harness.tools.bench_kv_configs import (
     DEFAULT_CONFIGS,
@@ -244,7 +245,7 @@ def test_report_flags_differences_and_cells_not_run() -> None:
 )
 def test_argument_errors_exit_2_naming_the_argument(args: list[str], message: str, capsys) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        parse_args(args)
+        harness_main(["bench-kv", *args])
     assert exit_info.value.code == 2
     assert re.search(message, capsys.readouterr().err)
 

@@ -106,19 +106,85 @@ def test_no_harness_module_is_over_400_lines() -> None:
     assert not long, f"split these by what they do: {long}"
 
 
-def test_every_verb_of_python_m_harness_reaches_its_tool() -> None:
+def test_every_verb_of_python_m_harness_reaches_its_function() -> None:
     import importlib
     import subprocess
     import sys
 
-    from harness.__main__ import TOOLS
+    from harness.cli import build_parser
+    from harness.cli.verbs import VERBS
 
-    for verb, (module, _) in TOOLS.items():
-        assert callable(importlib.import_module(module).main), verb
+    for verb in VERBS:
+        module, function = verb.target.split(":")
+        assert callable(getattr(importlib.import_module(module), function)), verb.name
+    _, subparsers = build_parser()
+    assert list(subparsers) == [v.name for v in VERBS]
     out = subprocess.run(
         [sys.executable, "-m", "harness", "vad", "--help"], capture_output=True, text=True, cwd=REPO_ROOT, check=False
     )
     assert out.returncode == 0 and out.stdout.startswith("usage: python -m harness vad"), out.stdout + out.stderr
+    listed = subprocess.run(
+        [sys.executable, "-m", "harness", "--help"], capture_output=True, text=True, cwd=REPO_ROOT, check=False
+    ).stdout
+    for verb in VERBS:  # a worker verb is callable, never listed
+        assert (f"    {verb.name} " in listed or f"    {verb.name}\n" in listed) != verb.hidden, verb.name
+
+
+def test_every_model_option_means_a_profile_name() -> None:
+    """`--model` is one option, said one way: every verb that takes it takes a profile name."""
+    from harness.cli import build_parser
+
+    _, subparsers = build_parser()
+    takes = {name for name, p in subparsers.items() if any("--model" in a.option_strings for a in p._actions)}
+    assert {"parity", "goldens", "quality", "signoff", "bench", "bench-kv", "mutants"} <= takes
+    for name in takes:
+        (action,) = [a for a in subparsers[name]._actions if "--model" in a.option_strings]
+        assert action.dest == "model" and action.help.startswith("profile name"), (name, action.help)
+
+
+# -- one command line (issue 32 part 4): arguments are parsed in harness/cli/ alone ---------------
+
+CLI = HARNESS / "cli"
+_PARSING = ("ArgumentParser", "add_argument", "add_parser", "add_subparsers", "parse_args", "parse_known_args")
+
+
+def _argument_parsing(source: str, where: str) -> list[str]:
+    """Where `source` builds or runs an argument parser, or reads sys.argv."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if name in _PARSING:
+                found.append(f"{where}:{node.lineno}: {name}()")
+        elif isinstance(node, ast.Attribute) and node.attr == "argv":
+            if isinstance(node.value, ast.Name) and node.value.id == "sys":
+                found.append(f"{where}:{node.lineno}: sys.argv")
+    return sorted(found, key=lambda f: int(f.split(":")[1]))
+
+
+def test_no_arguments_are_parsed_outside_the_cli() -> None:
+    stray = []
+    for path in [*_modules().values(), *sorted((REPO_ROOT / "models").rglob("*.py"))]:
+        if not path.is_relative_to(CLI):
+            stray += _argument_parsing(path.read_text(), str(path.relative_to(REPO_ROOT)))
+    assert not stray, "declare a verb's arguments in harness/cli/verbs.py and take the parsed ones:\n" + "\n".join(
+        stray
+    )
+
+
+def test_the_parsing_scan_finds_each_way_of_parsing() -> None:
+    source = (
+        "import argparse\nimport sys\n\n\n"
+        "def f():\n    p = argparse.ArgumentParser()\n    p.add_argument('--x')\n"
+        "    return p.parse_known_args(sys.argv[1:])\n"
+    )
+    assert _argument_parsing(source, "p.py") == [
+        "p.py:6: ArgumentParser()",
+        "p.py:7: add_argument()",
+        "p.py:8: parse_known_args()",
+        "p.py:8: sys.argv",
+    ]
 
 
 # -- the oracle seam (issue 32 part 1): harness/oracle/ alone starts an oracle's process ---------

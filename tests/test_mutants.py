@@ -11,6 +11,7 @@ import pytest
 
 from harness.checks.compare import CheckResult
 from harness.checks.registry import CHECKS
+from harness.cli import main as harness_main
 from harness.errors import InTreeRunError, OracleError
 from harness.paths import REPO_ROOT
 from harness.profile.load import find_profile
@@ -38,7 +39,7 @@ def test_model_retargets_the_chosen_mutants_and_refuses_one_without_a_scenario_t
         mutants.choose(["fast-logits"], "minicpm5-2b-mini-fp16")
     with pytest.raises(ValueError, match=r"unknown mutants \['no-such'\]"):
         mutants.choose(["one-ulp,no-such"], None)
-    assert mutants.main(["--only", "fast-logits", "--model", "minicpm5-2b-mini-fp16"]) == 2
+    assert harness_main(["mutants", "--only", "fast-logits", "--model", "minicpm5-2b-mini-fp16"]) == 2
 
 
 def test_every_gate_test_named_in_the_matrix_exists() -> None:

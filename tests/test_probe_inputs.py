@@ -426,6 +426,7 @@ def test_calibrate_without_ffmpeg_is_a_clear_error_before_any_work(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import harness.tools.calibrate as calibrate
+    from harness.cli import main as harness_main
 
     real_which = shutil.which
     monkeypatch.setattr(shutil, "which", lambda cmd, *a, **k: None if cmd == "ffmpeg" else real_which(cmd, *a, **k))
@@ -435,7 +436,7 @@ def test_calibrate_without_ffmpeg_is_a_clear_error_before_any_work(
 
     monkeypatch.setattr(calibrate, "fast_runs", no_work)
     monkeypatch.setattr(calibrate, "run_oracle", no_work)
-    assert calibrate.main(["--model", "whisper-tiny-en"]) == 2
+    assert harness_main(["calibrate", "--model", "whisper-tiny-en"]) == 2
     err = capsys.readouterr().err
     assert "ffmpeg" in err and "apt-get install ffmpeg" in err and "brew install ffmpeg" in err
     assert "Traceback" not in err

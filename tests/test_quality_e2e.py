@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.cli import main as harness_main
 from harness.errors import ArtifactError
 from harness.paths import REPO_ROOT
 from harness.profile.load import find_profile
@@ -61,7 +62,7 @@ SMOL_CORPUS = "{path: fixtures/corpus/kjv-genesis-1-12.txt, context: 16, stride:
 
 def test_smollm2_kv8_measured_cached_and_mended(tree: Path) -> None:
     _copy_profile(tree, "smollm2-135m", "q-smol", SMOL_CORPUS, pairs=["kv8-g64"])
-    assert cli.main(["--model", "q-smol"]) == 0
+    assert harness_main(["quality", "--model", "q-smol"]) == 0
     first = _report(tree, 1)
     (pair,) = first["pairs"]
     assert pair["source"] == "computed" and pair["ran"] == "real"
@@ -71,14 +72,14 @@ def test_smollm2_kv8_measured_cached_and_mended(tree: Path) -> None:
     (html,) = (tree / "reports").glob("quality-*/index.html")
     assert "KL" in html.read_text() and "data:image/png;base64," in html.read_text()
 
-    assert cli.main(["--model", "q-smol"]) == 0  # served from the cache, the same figures
+    assert harness_main(["quality", "--model", "q-smol"]) == 0  # served from the cache, the same figures
     second = _report(tree, 2)
     assert second["pairs"][0]["source"] == "cached"
     assert second["pairs"][0]["summary"] == pair["summary"]
 
     (entry,) = (tree / "results").iterdir()
     np.save(entry / "kl.npy", np.zeros((1, 15), np.float32))  # corrupt: its sha256 is not the recorded one
-    assert cli.main(["--model", "q-smol"]) == 0
+    assert harness_main(["quality", "--model", "q-smol"]) == 0
     third = _report(tree, 3)["pairs"][0]
     assert third["source"].startswith("recomputed: corrupt cache entry") and "kl: sha256" in third["source"]
     assert third["summary"] == pair["summary"]
@@ -92,7 +93,7 @@ def test_a_perturbed_intree_model_is_a_parity_failure(tree: Path, monkeypatch: p
         model.model.norm.weight = w.at[0].add(1e-3)
 
     monkeypatch.setattr(cli, "measure_pair", functools.partial(measure_pair, model_hook=perturb))
-    assert cli.main(["--model", "q-smol"]) == 1
+    assert harness_main(["quality", "--model", "q-smol"]) == 1
     (pair,) = _report(tree, 1)["pairs"]
     assert pair["cross_check"]["status"] == "differs"
     assert "window 0: candidate logits sha256" in pair["cross_check"]["detail"]
@@ -104,7 +105,7 @@ def test_a_perturbed_intree_model_is_a_parity_failure(tree: Path, monkeypatch: p
 def test_minicpm5_mini_twin_pair(tree: Path) -> None:
     corpus = "{path: fixtures/corpus/kjv-genesis-1-12.txt, context: 16, stride: 16, max_windows: 1}"
     _copy_profile(tree, "minicpm5-2b-mini", "q-mini", corpus)
-    assert cli.main(["--model", "q-mini"]) == 0
+    assert harness_main(["quality", "--model", "q-mini"]) == 0
     (pair,) = _report(tree, 1)["pairs"]
     assert pair["ran"] == "twin" and pair["control"]["identity"]["source"] == "twin"
     assert pair["cross_check"]["status"] == "equal", pair["cross_check"]
@@ -114,7 +115,7 @@ def test_minicpm5_mini_twin_pair(tree: Path) -> None:
 def test_a_corpus_shorter_than_one_window_is_refused(tree: Path) -> None:
     corpus = "{path: fixtures/corpus/kjv-genesis-1-12.txt, context: 20000, chunk: 64}"
     _copy_profile(tree, "smollm2-135m", "q-smol", corpus, pairs=["kv8-g64"])
-    assert cli.main(["--model", "q-smol"]) == 2
+    assert harness_main(["quality", "--model", "q-smol"]) == 2
     assert not list((tree / "reports").iterdir()) and not list((tree / "results").iterdir())
 
 

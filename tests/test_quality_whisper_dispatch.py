@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.cli import main as harness_main
 from harness.errors import HarnessError
-from harness.quality import cli
 from harness.quality import run as quality_run
 from tests.conftest import write_profile
 
@@ -109,7 +109,9 @@ def test_a_speech_pair_is_summarized_from_the_layers_fixtures(isolated: Path, mo
     write_profile(isolated, "tiny-whisper", PROFILE)
     calls = _install_fake(monkeypatch, isolated, "equal", word_errors=1)
     _resolved(monkeypatch, isolated)
-    assert cli.main(["--model", "tiny-whisper"]) == 3  # WER 1/10 > max_wer 0.05: a quality FAIL, no parity failure
+    assert (
+        harness_main(["quality", "--model", "tiny-whisper"]) == 3
+    )  # WER 1/10 > max_wer 0.05: a quality FAIL, no parity failure
     assert calls["build"] == (isolated / "control", 8, 64)
     assert calls["measure"][2] == ["fox.wav"]  # the profile's speech fixtures by default
     (report,) = (isolated / "reports").glob("quality-tiny-whisper-*/quality.json")
@@ -120,7 +122,7 @@ def test_a_speech_pair_is_summarized_from_the_layers_fixtures(isolated: Path, mo
     assert pair["quality"]["status"] == "FAIL" and "max_wer" in pair["quality"]["reasons"][0]
     assert pair["cross_check"]["status"] == "equal"
     calls.clear()
-    assert cli.main(["--model", "tiny-whisper"]) == 3  # a second run: served from the cache
+    assert harness_main(["quality", "--model", "tiny-whisper"]) == 3  # a second run: served from the cache
     assert "measure" not in calls
     again = max((isolated / "reports").glob("quality-tiny-whisper-*/quality.json"), key=lambda p: p.stat().st_mtime_ns)
     (cached,) = json.loads(again.read_text())["pairs"]
@@ -131,7 +133,7 @@ def test_a_speech_cross_check_difference_is_a_parity_failure(isolated: Path, mon
     write_profile(isolated, "tiny-whisper", PROFILE)
     _install_fake(monkeypatch, isolated, "differs: step 2 logits", word_errors=0)
     _resolved(monkeypatch, isolated)
-    assert cli.main(["--model", "tiny-whisper"]) == 1
+    assert harness_main(["quality", "--model", "tiny-whisper"]) == 1
     (report,) = (isolated / "reports").glob("quality-tiny-whisper-*/quality.json")
     (pair,) = json.loads(report.read_text())["pairs"]
     assert pair["cross_check"]["status"] == "differs" and "fox.wav: differs: step 2" in pair["cross_check"]["detail"]
@@ -143,5 +145,5 @@ def test_without_the_layer_the_error_names_it(isolated: Path, monkeypatch: pytes
     monkeypatch.setitem(sys.modules, "harness.quality.whisper", None)  # its import fails, as when absent
     with pytest.raises(HarnessError, match=r"harness/quality/whisper.py.*not in this tree"):
         quality_run.whisper_layer()
-    assert cli.main(["--model", "tiny-whisper"]) == 2
+    assert harness_main(["quality", "--model", "tiny-whisper"]) == 2
     assert not list((isolated / "reports").iterdir())  # nothing written

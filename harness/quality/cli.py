@@ -69,12 +69,7 @@ def exit_code(results: list[PairResult]) -> int:
     return 0
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness quality", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True, help="profile name")
-    parser.add_argument("--pair", action="append", default=[], help="only this pair (repeatable)")
-    parser.add_argument("--out", help="reports folder (default: reports/)")
-    args = parser.parse_args(argv)
+def run(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=False, width=max(Console().width, 200))
     try:
         results = measure(args.model, args.pair)

@@ -35,7 +35,8 @@ from harness.signoff.waivers import Waiver, load_waivers
 from harness.signoff.writer import find_previous, load_previous, signoff_name, write_signoff_dir
 
 
-def main(args: argparse.Namespace, extra: list[str]) -> int:
+def main(args: argparse.Namespace) -> int:
+    extra = args.extra
     waivers = load_waivers(Path(args.waivers) if args.waivers else REPO_ROOT / "waivers.yaml")  # fail fast
     if args.from_report:
         if extra:

@@ -83,7 +83,7 @@ def intree_runs(model: Any, prompt_ids: list[int], steps: int, repeats: int) -> 
 
 def openblas_runs(model: str, job: Path) -> dict[str, Any]:
     """The in-tree runs in a child process with OpenBLAS preloaded (this module, `--speed-only`)."""
-    cmd = [sys.executable, "-m", "harness.tools.bench", "--model", model, "--speed-only", str(job)]
+    cmd = [sys.executable, "-m", "harness", "bench", "--model", model, "--speed-only", str(job)]
     out = run_command(cmd, env=settings.environment() | {"LD_PRELOAD": str(OPENBLAS)}, cwd=REPO_ROOT)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -271,20 +271,7 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="smollm2-135m", help="profile name")
-    parser.add_argument("--steps", type=int, default=32, help="greedy decode steps per timed run")
-    parser.add_argument("--repeats", type=int, default=3, help="timed rounds (the median is reported)")
-    parser.add_argument("--out", type=Path, help="JSON output (default: a new file under reports/)")
-    parser.add_argument("--speed-only", type=Path, metavar="IDS_JSON", help=argparse.SUPPRESS)  # the OpenBLAS child
-    parser.add_argument(
-        "--speed", action="store_true", help="only the in-tree vs oracle speed and peak memory (no parity timings)"
-    )
-    parser.add_argument(
-        "--per-step", action="store_true", help="only the judging cost per step against the in-tree forward"
-    )
-    args = parser.parse_args(argv)
+def run(args: argparse.Namespace) -> int:
 
     from harness.session import ParitySession
 
@@ -339,7 +326,3 @@ def main(argv: list[str] | None = None) -> int:
     print(table(result))
     write_result(result, profile.name, args.out)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import settings
+from harness.errors import UsageError
 from harness.profile import Profile
 from harness.progress import progress
 from harness.provenance import device_facts
@@ -55,7 +56,7 @@ from harness.tools.bench_paired import Worker, fmt, paired_rounds, ratio_stats, 
 def workers(profile: Profile, model_dir: Path, job: Path, variant: str, oracle: bool) -> list[Worker]:
     """The sides, each a process of its own (harness.tools.bench_paired), started in parallel."""
     root = Path(__file__).resolve().parents[2]
-    intree = [sys.executable, "-m", "harness.tools.bench_worker", "--model-dir", str(model_dir), "--ids", str(job)]
+    intree = [sys.executable, "-m", "harness", "bench-worker", "--model-dir", str(model_dir), "--job", str(job)]
     sides = [
         Worker("eager", [*intree, "--side", "eager"], settings.environment(), root),
         Worker("compiled", [*intree, "--side", "compiled", "--variant", variant], settings.environment(), root),
@@ -200,26 +201,14 @@ def gate(session: Any, profile: Profile, variant: str, scenario_ids: list[str] |
 # -- CLI -----------------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness bench-compiled", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="smollm2-135m", help="profile name")
-    parser.add_argument("--steps", type=int, default=32, help="greedy decode steps per timed run")
-    parser.add_argument("--rounds", type=int, default=10, help="paired rounds (every side timed once per round)")
-    parser.add_argument("--repeats", type=int, dest="rounds", help="the old name of --rounds")
-    parser.add_argument("--variant", default="auto", help="compiled form: auto, whole, split, masked, blocks")
-    parser.add_argument("--no-oracle", action="store_true", help="time eager and compiled only")
-    parser.add_argument("--gate", action="store_true", help="run the L1 step gates with the compiled loop instead")
-    parser.add_argument("--scenario", action="append", help="with --gate: only these scenario ids")
-    parser.add_argument("--out", type=Path, help="JSON output (default: a new file under reports/)")
-    args = parser.parse_args(argv)
-
+def run(args: argparse.Namespace) -> int:
     from harness.session import ParitySession
     from models.universal.compiled import VARIANTS
 
     if args.variant not in VARIANTS:
-        parser.error(f"--variant: expected one of {VARIANTS}, got {args.variant!r}")
+        raise UsageError(f"--variant: expected one of {VARIANTS}, got {args.variant!r}")
     if args.rounds < 1 or args.steps < 1:
-        parser.error(f"--rounds and --steps: need at least 1, got {args.rounds} and {args.steps}")
+        raise UsageError(f"--rounds and --steps: need at least 1, got {args.rounds} and {args.steps}")
     session = ParitySession()
     profile = session.profile(args.model)
     load_before = loadavg()
@@ -251,7 +240,3 @@ def main(argv: list[str] | None = None) -> int:
         name = f"compiled-{profile.name}"
     write_result(result, name, args.out)
     return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

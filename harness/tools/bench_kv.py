@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import settings
-from harness.errors import HarnessError
+from harness.errors import HarnessError, UsageError
 from harness.fileio import atomic_write_bytes
 from harness.progress import progress
 from harness.tools.bench_common import bench_prompt, loadavg, machine, scratch_dir, write_result
@@ -61,7 +61,7 @@ def context_prompt(ids: list[int], context: int) -> list[int]:
 
 def workers(config: KVConfig, model_dir: Path, job: Path, oracle: bool) -> list[Worker]:
     root = Path(__file__).resolve().parents[2]
-    intree = [sys.executable, "-m", "harness.tools.bench_kv_worker", "--model-dir", str(model_dir), "--job", str(job)]
+    intree = [sys.executable, "-m", "harness", "bench-kv-worker", "--model-dir", str(model_dir), "--job", str(job)]
     sides = [Worker("in-tree", intree, settings.environment(), root)]
     if oracle:
         sides.append(Worker.oracle(config.oracle, config.oracle, "bench_kv.py", job, model_dir))
@@ -220,55 +220,29 @@ def _int_list(flag: str, text: str, minimum: int) -> list[int]:
     return values
 
 
-def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str], list[int], list[int]]:
-    """The arguments, with configuration names, contexts and rounds checked before anything loads."""
-    parser = argparse.ArgumentParser(prog="python -m harness bench-kv", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="minicpm5-2b-mini", help="profile name")
-    parser.add_argument(
-        "--configs", default=",".join(DEFAULT_CONFIGS), help="comma-separated configuration names, in the order to run"
-    )
-    parser.add_argument("--contexts", default=",".join(map(str, DEFAULT_CONTEXTS)), help="prompt lengths in tokens")
-    parser.add_argument("--rounds", default="2,1,1", help="paired rounds per context (one number: all contexts)")
-    parser.add_argument("--steps", type=int, default=64, help="greedy decode steps per run")
-    parser.add_argument("--prefill-step-size", type=int, default=2048, help="prefill chunk (mlx-lm's default)")
-    parser.add_argument("--budget-s", type=float, default=900.0, help="wall-clock budget; cells over it are not run")
-    parser.add_argument("--no-oracle", action="store_true", help="the in-tree side only")
-    parser.add_argument("--out", type=Path, help="JSON output (default: a new file under reports/)")
-    parser.add_argument("--plot", type=Path, help="PNG plot (default: beside the JSON, .png)")
-    parser.add_argument(
-        "--resume",
-        type=Path,
-        action="append",
-        default=[],
-        help="an earlier result JSON whose measured cells are kept, not rerun (repeatable: the first one's cell wins)",
-    )
-    args = parser.parse_args(argv)
+def checked(args: argparse.Namespace) -> tuple[list[str], list[int], list[int]]:
+    """Configuration names, contexts and rounds, checked before anything loads."""
     try:
-        names = [c.name for c in parse_configs(args.configs, n_layers=2)]  # names only; the depth comes later
-        contexts = _int_list("--contexts", args.contexts, minimum=WARMUP_TOKENS + 1)
+        names = [c.name for c in parse_configs(args.configs or ",".join(DEFAULT_CONFIGS), n_layers=2)]
+        contexts = _int_list("--contexts", args.contexts or ",".join(map(str, DEFAULT_CONTEXTS)), WARMUP_TOKENS + 1)
         rounds = _int_list("--rounds", args.rounds, minimum=1)
     except HarnessError as e:
-        parser.error(str(e))
+        raise UsageError(str(e)) from None
     if len(rounds) == 1:
         rounds = rounds * len(contexts)
     if len(rounds) != len(contexts):
-        parser.error(f"--rounds: expected one number or one per context ({len(contexts)}), got {args.rounds!r}")
+        raise UsageError(f"--rounds: expected one number or one per context ({len(contexts)}), got {args.rounds!r}")
     if args.steps < 1 or args.prefill_step_size < 1 or args.budget_s <= 0:
-        parser.error("--steps, --prefill-step-size and --budget-s: need positive values")
-    return args, names, contexts, rounds
+        raise UsageError("--steps, --prefill-step-size and --budget-s: need positive values")
+    return names, contexts, rounds
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    args, names, contexts, rounds = parse_args(argv)
-    try:
-        return run(args, names, contexts, rounds, argv)
-    except HarnessError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+def run(args: argparse.Namespace) -> int:
+    names, contexts, rounds = checked(args)
+    return measure(args, names, contexts, rounds, args.argv)
 
 
-def run(args: argparse.Namespace, names: list[str], contexts: list[int], rounds: list[int], argv: list[str]) -> int:
+def measure(args: argparse.Namespace, names: list[str], contexts: list[int], rounds: list[int], argv: list[str]) -> int:
     from harness.session import ParitySession
     from harness.tools.bench_kv_report import plot_png, table
     from models.universal.config import LlamaConfig, read_config_json
@@ -315,7 +289,3 @@ def run(args: argparse.Namespace, names: list[str], contexts: list[int], rounds:
     if failed:
         print(f"bench-kv: {len(failed)} cell(s) failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

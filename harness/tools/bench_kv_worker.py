@@ -1,6 +1,6 @@
 """The in-tree side of `bench-kv`: one KV configuration in a process of its own (fresh peak memory).
 
-    python -m harness.tools.bench_kv_worker --model-dir DIR --job job.json
+    python -m harness bench-kv-worker --model-dir DIR --job job.json
 
 Speaks harness.tools.bench_paired's protocol, measuring as oracles/common/kv_bench.py measures
 the oracles: a warm-up on the job's short prompt, a `ready` line, then per `run` line one timed
@@ -23,7 +23,6 @@ import resource
 import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 L1_OPTIONS = ("kv_bits", "kv_group_size", "quantized_kv_start")
@@ -142,13 +141,7 @@ def timed_run(start_run: Callable[..., Any], prompt_ids: list[int], steps: int) 
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m harness.tools.bench_kv_worker", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("--model-dir", type=Path, required=True)
-    parser.add_argument("--job", type=Path, required=True, help="JSON: config, prompt_ids, steps, warmup_ids, ...")
-    args = parser.parse_args(argv)
+def run(args: argparse.Namespace) -> int:
     job = json.loads(args.job.read_text())
 
     import mlx.core as mx
@@ -164,7 +157,3 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"bench_kv_worker: expected 'run' on stdin, got {line.strip()!r}")
         emit(timed_run(start_run, job["prompt_ids"], job["steps"]))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import settings
+from harness.errors import UsageError
 from harness.oracle.process import OracleProcess
 from harness.paths import REPO_ROOT
 from harness.progress import progress
@@ -53,7 +54,7 @@ def workers(model_dir: Path, job: Path, paths: list[str]) -> list[Worker]:
         if path == "mlx-whisper":
             sides.append(Worker.oracle(path, "mlx-whisper", "bench.py", job, model_dir, ANSWER_KEYS))
         else:
-            cmd = [sys.executable, "-m", "harness.tools.bench_whisper_worker", "--model-dir", str(model_dir)]
+            cmd = [sys.executable, "-m", "harness", "bench-whisper-worker", "--model-dir", str(model_dir)]
             cmd += ["--job", str(job), "--path", path]
             sides.append(Worker(path, cmd, settings.environment(), REPO_ROOT, ANSWER_KEYS))
     return sides
@@ -70,7 +71,7 @@ def profiles(model_dir: Path, job: Path, paths: list[str], repeats: int) -> dict
             with OracleProcess("mlx-whisper").run("bench.py", orders) as written:
                 measured[path] = json.loads((written / "result.json").read_text())["profile"]
             continue
-        cmd = [sys.executable, "-m", "harness.tools.bench_whisper_worker", "--model-dir", str(model_dir)]
+        cmd = [sys.executable, "-m", "harness", "bench-whisper-worker", "--model-dir", str(model_dir)]
         cmd += ["--job", str(job), "--path", path, "--profile", str(repeats)]
         out = run_command(cmd, env=settings.environment(), cwd=REPO_ROOT)
         measured[path] = json.loads(out.stdout.strip().splitlines()[-1])["profile"]
@@ -156,31 +157,13 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness bench-whisper", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="whisper-tiny-en")
-    parser.add_argument("--rounds", type=int, default=5, help="paired rounds (default %(default)s)")
-    parser.add_argument("--repeats", type=int, dest="rounds", help="the old name of --rounds")
-    parser.add_argument(
-        "--paths",
-        default="faithful,mlx-whisper",
-        help="comma-separated: faithful, fast, mlx-whisper (default %(default)s)",
-    )
-    parser.add_argument("--clips", help="comma-separated clip file names (default: every clip of the profile)")
-    parser.add_argument(
-        "--profile",
-        type=int,
-        metavar="N",
-        help="instead of rounds: each side's stage times (log-Mel, encoder, one greedy decode call; best of N)",
-    )
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args(argv)
+def run(args: argparse.Namespace) -> int:
     paths = [p.strip() for p in args.paths.split(",") if p.strip()]
     unknown = sorted(set(paths) - set(SIDES))
     if unknown or not paths or len(set(paths)) != len(paths):
-        parser.error(f"--paths: got {paths}; expected distinct names among {', '.join(SIDES)}")
+        raise UsageError(f"--paths: got {paths}; expected distinct names among {', '.join(SIDES)}")
     if args.rounds < 1:
-        parser.error(f"--rounds: need at least 1, got {args.rounds}")
+        raise UsageError(f"--rounds: need at least 1, got {args.rounds}")
 
     from harness.provenance import device_facts
     from harness.session import ParitySession
@@ -193,10 +176,10 @@ def main(argv: list[str] | None = None) -> int:
         wanted = [c.strip() for c in args.clips.split(",") if c.strip()]
         missing = [w for w in wanted if w not in {Path(c).name for c in clips}]
         if missing:
-            parser.error(f"--clips: {missing} not among the profile's clips {[Path(c).name for c in clips]}")
+            raise UsageError(f"--clips: {missing} not among the profile's clips {[Path(c).name for c in clips]}")
         clips = [c for c in clips if Path(c).name in wanted]
     if not clips:
-        parser.error(f"profile {profile.name} has no audio clips on this backend")
+        raise UsageError(f"profile {profile.name} has no audio clips on this backend")
     options = dict(profile.defaults.options)
     load_before = loadavg()
     with tempfile.TemporaryDirectory(prefix="bench-whisper-", dir=scratch_dir()) as tmp:
@@ -235,7 +218,3 @@ def main(argv: list[str] | None = None) -> int:
     print(table(result))
     write_result(result, f"whisper-{profile.name}", args.out)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

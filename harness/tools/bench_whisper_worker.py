@@ -1,6 +1,6 @@
 """One in-tree side of `bench-whisper` in a process of its own (harness.tools.bench_paired's protocol).
 
-    python -m harness.tools.bench_whisper_worker --model-dir DIR --job job.json --path faithful|fast [--profile N]
+    python -m harness bench-whisper-worker --model-dir DIR --job job.json --path faithful|fast [--profile N]
 
 Loads the model once (models.whisper.load, in the dtype the options ask for), transcribes every
 clip of the job once as the warm-up (the fast path compiles its encoder and decoder step there,
@@ -224,15 +224,7 @@ def serve(side: InTree, clips: list[str]) -> None:
         emit({"seconds": seconds, "peak_bytes": mx.get_peak_memory()})
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m harness.tools.bench_whisper_worker", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("--model-dir", type=Path, required=True)
-    parser.add_argument("--job", type=Path, required=True, help='JSON with "clips" and "options"')
-    parser.add_argument("--path", required=True, help="faithful or fast")
-    parser.add_argument("--profile", type=int, metavar="N", help="print the stages' times (best of N) and exit")
-    args = parser.parse_args(argv)
+def run(args: argparse.Namespace) -> int:
     job = json.loads(args.job.read_text())
     side = InTree(args.model_dir, dict(job["options"]), args.path)
     if args.profile:
@@ -240,7 +232,3 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     serve(side, job["clips"])
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """One in-tree side of `bench-compiled` in a process of its own (harness.tools.bench_paired's protocol).
 
-    python -m harness.tools.bench_worker --model-dir DIR --ids ids.json --side eager|compiled [--variant V]
+    python -m harness bench-worker --model-dir DIR --job job.json --side eager|compiled [--variant V]
 
 Loads the model once (models.universal.load_model, as the runner does), runs one warm-up
 generation (the compiled side makes its traces there, as a server would once), prints a
@@ -18,7 +18,6 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 
@@ -70,14 +69,8 @@ def emit(obj: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.tools.bench_worker", description=__doc__.splitlines()[0])
-    parser.add_argument("--model-dir", type=Path, required=True)
-    parser.add_argument("--ids", type=Path, required=True, help="JSON with prompt_ids and steps")
-    parser.add_argument("--side", required=True, help="eager or compiled")
-    parser.add_argument("--variant", default="auto", help="compiled form (models.universal.compiled.VARIANTS)")
-    args = parser.parse_args(argv)
-    job = json.loads(args.ids.read_text())
+def run(args: argparse.Namespace) -> int:
+    job = json.loads(args.job.read_text())
     steps_fn, report = steps_function(args.side, args.variant)
 
     import mlx.core as mx
@@ -98,7 +91,3 @@ def main(argv: list[str] | None = None) -> int:
         prefill_s, decode_s, peak, _rows, _tokens = timed_run(steps_fn, model, job["prompt_ids"], job["steps"], False)
         emit({"prefill_s": prefill_s, "decode_s": decode_s, "peak_bytes": peak})
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -247,18 +247,7 @@ def write_budget(profile: Profile, budget: int) -> int:
     return n
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness calibrate", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--clips", help="comma-separated scenario ids whose audio to use (default: every clip once)")
-    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help="of no-compile, batch2, fp16")
-    parser.add_argument(
-        "--scenarios", help="comma-separated whisper-fast scenarios to calibrate (default: every one runnable here)"
-    )
-    parser.add_argument(
-        "--write", action="store_true", help="write each scenario's calibration record and the profile's budget"
-    )
-    args = parser.parse_args(argv)
+def run(args: argparse.Namespace) -> int:
     try:
         from harness.artifacts.resolve import resolve_artifact
 
@@ -276,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         if wanted is not None and len(clips) != len(wanted):
             raise HarnessError(f"--clips: unknown or duplicate-audio scenario ids in {sorted(wanted)}")
         require_ffmpeg()
-        variants = [v for v in args.variants.split(",") if v]
+        variants = [v for v in (args.variants or ",".join(DEFAULT_VARIANTS)).split(",") if v]
         # The fast path first (seconds): a scenario without a golden or a broken run stops here,
         # before the oracle's variants (minutes) run.
         runs = fast_runs(profile, args.scenarios.split(",") if args.scenarios else None)
@@ -312,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in summary["unexplained"]:
             print(f"  {line}", file=sys.stderr)
         return 1
-    command = "python -m harness calibrate " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m harness calibrate " + " ".join(args.argv)
     command = command.replace(" --write", "")
     budget_origin = origin_text(summary, command, [c for c, _ in clips])
     print(f"derived budget: {summary['budget']} differing tokens per clip\norigin: {budget_origin}")
@@ -345,7 +334,3 @@ def main(argv: list[str] | None = None) -> int:
         n = write_budget(profile, summary["budget"])
         print(f"set the budget of {n} scenario(s) in {profile.source_file}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

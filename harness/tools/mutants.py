@@ -25,7 +25,6 @@ import argparse
 import contextlib
 import json
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness import settings
@@ -228,15 +227,7 @@ def summarize(runs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness mutants", description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--only", nargs="*", help="mutant names, comma- or space-separated (the matrix then covers only them)"
-    )
-    parser.add_argument("--model", help="judge the chosen mutants on this model's scenario for them (Mutant.on)")
-    parser.add_argument("--json", type=Path, help="also write the verdicts here (for --summarize)")
-    parser.add_argument("--summarize", type=Path, nargs="+", help="print the mutant x model table of --json files")
-    args = parser.parse_args(argv)
+def run(args: argparse.Namespace) -> int:
     if args.summarize:
         print("\n".join(summarize([json.loads(p.read_text(encoding="utf-8")) for p in args.summarize])))
         return 0
@@ -311,7 +302,3 @@ def main(argv: list[str] | None = None) -> int:
     if lacking:
         print(f"checks with no kill (no mutant failed them, no gate test): {', '.join(lacking)}")
     return 1 if survivors or lacking or by_verdict.get("UNJUDGED") or by_verdict.get("NOT RUN") else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -76,12 +76,7 @@ def run_gate(fixtures: list[str] | None = None, update: bool = False) -> list[Fi
     return [gate_fixture(profile, model, goldens[f]) for f in fixtures]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness vad", description=__doc__.splitlines()[0])
-    parser.add_argument("--update", action="store_true", help="regenerate every golden from the package")
-    parser.add_argument("--fixtures", nargs="+", help="fixture file names (default: the profile's)")
-    parser.add_argument("--bench", action="store_true", help="also measure speed and float64 distances")
-    args = parser.parse_args(argv)
+def run(args: argparse.Namespace) -> int:
     try:
         verdicts = run_gate(args.fixtures, update=args.update)
         for v in verdicts:
@@ -101,7 +96,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0 if all(v.passed for v in verdicts) and coverage.row is None else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
