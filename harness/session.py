@@ -18,6 +18,7 @@ from harness.checks.compare import (
     CheckResult,
     diff_vectors,
 )
+from harness.checks.context import FREE, RUNS, TEACHER_FORCED, CheckContext
 from harness.checks.exercise import walked_paths
 from harness.checks.localize import (
     Localization,
@@ -26,7 +27,6 @@ from harness.checks.localize import (
     intree_module_outputs,
     oracle_module_outputs,
 )
-from harness.checks.tokens import sorted_keys
 from harness.errors import (
     ArtifactError,
     GoldenError,
@@ -195,9 +195,7 @@ class ParitySession(GoldenLifecycle):
             spec = self.intree_spec(profile, scenario)
             free = self._prefetched.pop((profile.name, scenario.id), None) or self._run(profile, spec, None)
             # Teacher forcing only where a check judges it (beam search has no forced path).
-            wants_forced = any(
-                registry.get(c).run == "teacher_forced" or c == "token_budget" for c in profile.checks(scenario)
-            )
+            wants_forced = any(TEACHER_FORCED in registry.get(c).needed for c in profile.checks(scenario))
             forced = self._run(profile, spec, golden) if wants_forced else None
             # Fed the same tokens, two runs must agree bit for bit. When the free run followed the
             # oracle's tokens (a speech run: its decode calls), the teacher-forced run is exactly
@@ -223,7 +221,7 @@ class ParitySession(GoldenLifecycle):
                 return
             if key in self._prefetched or (*key, "free") in self._records:
                 continue
-            if all(registry.get(c).run == "compiled" for c in profile.checks(scenario)):
+            if not any(FREE in registry.get(c).needed for c in profile.checks(scenario)):
                 continue  # a compiled-only scenario makes no free run
             try:
                 self._prefetched[key] = self._run(profile, self.intree_spec(profile, scenario), None)
@@ -271,17 +269,35 @@ class ParitySession(GoldenLifecycle):
         self.verify_artifact(profile, f"after {profile.name}/{scenario.id}/{check} failed")
         return self._artifact_rebuilds.get(profile.name, 0) == rebuilds
 
+    def context(self, profile: Profile, scenario: Scenario) -> CheckContext:
+        """What any check of the scenario may ask for, each made on first use and kept."""
+
+        def streamed(seconds: float) -> ScenarioRecord:
+            with clock.phase(in_tree_phase("streamed")):
+                return self.runner(profile).run_streamed(self.intree_spec(profile, scenario), seconds)
+
+        return CheckContext(
+            label=f"{profile.name}/{scenario.id}",
+            scenario=scenario,
+            audio=str(REPO_ROOT / scenario.audio) if scenario.audio else None,
+            golden=lambda: self.golden(profile, scenario).record,
+            full_golden=lambda: self.full_golden(profile, scenario),
+            intree=lambda mode: self.intree(profile, scenario, mode),
+            calibration=lambda golden: self.calibration(profile, scenario, golden),
+            streamed=streamed,
+        )
+
     def _judge(self, profile: Profile, scenario: Scenario, check: str) -> CheckResult:
+        """The row's judge on the scenario's context; the in-tree runs it needs are made first
+        (their own phases), the judging is timed apart."""
         spec = registry.get(check)
-        if spec.run == "session":
-            result = self._session_check(profile, scenario, check)
-            if not result.passed:
-                self._failed_on_intact_files(profile, scenario, check)
-            return result
-        golden = self.golden(profile, scenario).record
-        actual = self.intree(profile, scenario, spec.run)
+        if spec.compare is not None:
+            self.golden(profile, scenario)
+        for run in spec.needed:
+            if run in RUNS:
+                self.intree(profile, scenario, run)
         with clock.phase("judging"):
-            result = registry.judge(check, golden, actual, lambda: self.full_golden(profile, scenario))
+            result = spec.judge(self.context(profile, scenario))
         if not result.passed and not self._failed_on_intact_files(profile, scenario, check):
             return result  # judged again by run_check; nothing to localize on corrupt files
         # Rows of unequal count whose shared rows are all identical differ where a run stopped:
@@ -293,43 +309,6 @@ class ParitySession(GoldenLifecycle):
                 result.summary += f"; {where.explain()}"
                 result.details["localization"] = where.as_dict()
         return result
-
-    def _session_check(self, profile: Profile, scenario: Scenario, check: str) -> CheckResult:
-        with clock.phase("judging"):  # the in-tree runs it asks for are their own phases
-            return self._session_judge(profile, scenario, check)
-
-    def _session_judge(self, profile: Profile, scenario: Scenario, check: str) -> CheckResult:
-        if check == "streamed_transcript":  # in-tree only: the stream against the (gated) batch run
-            from harness.checks.streamed import check_streamed
-
-            runner, spec = self.runner(profile), self.intree_spec(profile, scenario)
-            batch = self.intree(profile, scenario, "free")
-
-            def streamed(seconds: float) -> ScenarioRecord:
-                with clock.phase(in_tree_phase("streamed")):
-                    return runner.run_streamed(spec, seconds)
-
-            return check_streamed(batch, streamed, scenario.stream_chunks)
-        golden = self.golden(profile, scenario).record  # writers judge the transcript only
-        free = self.intree(profile, scenario, "free")
-        if check == "writers":
-            from harness.checks.writers import check_writers
-
-            # One key order for both: the writers are judged on the same result (the golden's
-            # JSON keeps its keys sorted, a transcript dict keeps insertion order).
-            return check_writers(
-                sorted_keys(golden.extra.get("transcript")),
-                sorted_keys(free.extra.get("transcript")),
-                str(REPO_ROOT / scenario.audio),
-                dict(scenario.writer_options),
-            )
-        from harness.checks.token_budget import check_token_budget
-
-        golden = self.full_golden(profile, scenario)  # margins need the oracle's full vectors
-        calibration = self.calibration(profile, scenario, golden)
-        forced = self.intree(profile, scenario, "teacher_forced")
-        budget = int(scenario.composition["budget"]["max_differing_tokens"])
-        return check_token_budget(golden, free, forced, budget, calibration)
 
     def localize(self, profile: Profile, scenario: Scenario, row: int) -> Localization | None:
         """The first module whose output differs on the model call of `row` (memoized)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from harness.checks.context import NEEDS
 from harness.checks.registry import CHECKS
 from harness.paths import REPO_ROOT
 
@@ -98,7 +99,45 @@ def test_every_check_applies_somewhere_and_says_how_it_is_judged() -> None:
         assert check.implementations and check.what, check.name
         assert check.run in ("free", "teacher_forced", "compiled", "session", "vad"), check.name
         assert check.judges in ("bits", "tokens", "tolerance"), check.name
-        assert (check.judge is None) == (check.run in ("session", "vad")), check.name
+        assert (check.compare is None) == (check.run in ("session", "vad")), check.name
+        assert (check.judge_runs is not None) == (check.run == "session"), check.name
+        assert set(check.needed) <= set(NEEDS) and len(set(check.needed)) == len(check.needed), check.name
+
+
+# -- a registry row is the whole check (issue 32 part 2): nothing outside harness/checks/ ---------
+# branches on a check's name: the session gathers what rows need, the profile asks rows where
+# they apply.
+
+CHECKS_DIR = HARNESS / "checks"
+# A literal that is a check's name but means something else there, with what it means.
+OTHER_MEANINGS = {"harness/tools/bench_kv_configs.py": "'streaming' is a KV cache configuration, not the VAD check"}
+
+
+def _name_branches(source: str, where: str, names: set[str]) -> list[str]:
+    """Comparisons (==, !=, in, not in) with a check's name as a literal operand."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            hits = [o.value for o in operands if isinstance(o, ast.Constant) and o.value in names]
+            found += [f"{where}:{node.lineno}: compares with {h!r}" for h in hits]
+    return found
+
+
+def test_nothing_outside_the_checks_branches_on_a_check_name() -> None:
+    stray = []
+    for path in _modules().values():
+        if not path.is_relative_to(CHECKS_DIR) and str(path.relative_to(REPO_ROOT)) not in OTHER_MEANINGS:
+            stray += _name_branches(path.read_text(), str(path.relative_to(REPO_ROOT)), set(CHECKS))
+    assert not stray, "say it in the check's registry row (needs, applies, wanted, judge):\n" + "\n".join(stray)
+
+
+def test_the_name_branch_scan_finds_a_comparison() -> None:
+    source = "def f(checks, c):\n    if 'writers' in checks or c == 'mel':\n        return 'writers'\n"
+    assert _name_branches(source, "p.py", {"writers", "mel"}) == [
+        "p.py:2: compares with 'writers'",
+        "p.py:2: compares with 'mel'",
+    ]
 
 
 def test_no_harness_module_is_over_400_lines() -> None:

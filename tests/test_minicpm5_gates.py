@@ -32,7 +32,7 @@ def judge(session: ParitySession, scenario_id: str, check: str, runner: LlamaRun
     profile = session.profile(MODEL)
     scenario = profile.scenario(scenario_id)
     golden = session.full_golden(profile, scenario)  # the check functions read full vectors
-    mode, fn = CHECKS[check].run, CHECKS[check].judge
+    mode, fn = CHECKS[check].run, CHECKS[check].compare
     runner = runner or session.runner(profile)
     spec = profile.scenario_spec(scenario) | spec_edits
     record = runner.run(spec, forced=golden if mode == "teacher_forced" else None)
@@ -194,5 +194,5 @@ def test_a_changed_fused_sdpa_tile_size_is_caught() -> None:
     composition = dict(scenario.composition or {}) | {"n_chunk": 16}
     spec = profile.scenario_spec(scenario) | {"composition": composition}
     record = session.runner(profile).run(spec, forced=golden)
-    result = CHECKS["teacher_forced_logits"].judge(golden, record)
+    result = CHECKS["teacher_forced_logits"].compare(golden, record)
     assert not result.passed, result.summary

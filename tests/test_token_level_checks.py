@@ -29,13 +29,13 @@ def test_token_level_checks_ignore_foreign_floats_and_catch_token_and_text_chang
     # Another framework's log-probabilities differ in their last bits: not judged at token level.
     same = _speech_record([1, 2, 3], " a b", -0.2500001)
     for check in ("decode_tokens", "transcript_text"):
-        assert CHECKS[check].judge(golden, same).passed
+        assert CHECKS[check].compare(golden, same).passed
     flipped = _speech_record([1, 0, 3], " a b", -0.25)
-    result = CHECKS["decode_tokens"].judge(golden, flipped)
+    result = CHECKS["decode_tokens"].compare(golden, flipped)
     assert not result.passed and result.first_bad_step == 1, result.summary
     retexted = _speech_record([1, 2, 3], " a c", -0.25)
-    assert not CHECKS["decode_tokens"].judge(golden, retexted).passed  # a decode call's text
-    result = CHECKS["transcript_text"].judge(golden, retexted)
+    assert not CHECKS["decode_tokens"].compare(golden, retexted).passed  # a decode call's text
+    result = CHECKS["transcript_text"].compare(golden, retexted)
     assert not result.passed and "text" in result.summary, result.summary
 
 

@@ -96,5 +96,5 @@ def test_a_changed_fallback_threshold_fails_the_fallback_gate() -> None:
     golden = session.golden(profile, scenario).record
     spec = runnable_spec(profile.scenario_spec(scenario))
     spec["options"] = dict(spec["options"]) | {"logprob_threshold": -100.0}
-    result = GATES["fallback_decisions"].judge(golden, session.runner(profile).run(spec))
+    result = GATES["fallback_decisions"].compare(golden, session.runner(profile).run(spec))
     assert not result.passed and "decode calls and fallback decisions differs" in result.summary, result.summary

@@ -13,7 +13,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness.checks import scope
 from harness.checks.compare import ULP_BUCKETS, CheckResult, compare_array, compare_json, compare_steps
+from harness.checks.context import (
+    CALIBRATION,
+    FREE,
+    FULL_GOLDEN,
+    ORACLE_JOB,
+    RUNS,
+    STREAM,
+    TEACHER_FORCED,
+    CheckContext,
+)
 from harness.checks.exercise import DECODE_LOGITS, EOS_STOP, SPECULATIVE, STREAMED, Exercise
 from harness.checks.exercise_budget import TOKEN_BUDGET
 from harness.checks.exercise_text import DETOKENIZE, RESPONSE
@@ -32,7 +43,8 @@ from harness.checks.tokens import (
 from harness.errors import HarnessError
 from harness.records import ScenarioRecord, array_sha256
 
-Judge = Callable[[ScenarioRecord, ScenarioRecord], CheckResult]
+Judge = Callable[[ScenarioRecord, ScenarioRecord], CheckResult]  # golden, in-tree -> verdict
+ContextJudge = Callable[[CheckContext], CheckResult]  # a check over several runs
 
 LLAMA, WHISPER, VAD = "universal-llama", "whisper", "silero-vad"
 
@@ -47,7 +59,7 @@ class Check:
     judges: str  # "bits": raw bits, never allclose; "tokens": what is decided from the floats
     # (tokens, text, timestamps, bytes), so a foreign-framework oracle can be judged; "tolerance"
     default: bool = False  # in a Llama profile's checks when it names none
-    judge: Judge | None = None  # golden, in-tree -> verdict (None: run == "session" or "vad")
+    compare: Judge | None = None  # golden, in-tree `run` -> verdict (None: run == "session" or "vad")
     rows: Callable[[ScenarioRecord], Sequence[int]] | None = None  # logits rows it judges
     array: str | None = None  # the record array it compares
     digest_tokens: bool = False  # equal tokens settle it on a compact golden (the logits only explain)
@@ -59,6 +71,24 @@ class Check:
     # The paths it must see walked by some scenario of a profile, or it proved nothing there
     # (harness/checks/exercise.py; judged over the profile by harness/coverage.py).
     exercises: Exercise | None = None
+    # A "session" check's judge over several runs, and what it needs besides (harness/checks/context.py).
+    judge_runs: ContextJudge | None = None
+    needs: tuple[str, ...] = ()
+    applies: scope.Scope | None = None  # named on a scenario it cannot judge: why (a profile error)
+    wanted: scope.Scope | None = None  # not named on a scenario that asks for it: why (a profile error)
+
+    @property
+    def needed(self) -> tuple[str, ...]:
+        """Everything the session makes before judging: the in-tree run compared, then `needs`."""
+        return ((self.run,) if self.run in RUNS else ()) + self.needs
+
+    def judge(self, context: CheckContext) -> CheckResult:
+        """The one way the check is decided on a scenario, whatever it needs."""
+        if self.compare is not None:
+            return judge_pair(self.name, context.golden(), context.intree(self.run), context.full_golden)
+        if self.judge_runs is None:
+            raise HarnessError(f"check {self.name!r} is judged per fixture by the VAD gate, not on a scenario")
+        return self.judge_runs(context)
 
 
 def _steps(name: str, rows: Callable[[ScenarioRecord], Sequence[int]]) -> Judge:
@@ -93,6 +123,39 @@ def _every_step(g: ScenarioRecord) -> Sequence[int]:
     return range(len(g.tokens))
 
 
+# -- a draft scenario names the speculative gate (the free-run Llama checks beside it) --------
+
+
+def _speculative_wanted(profile: Any, s: Any) -> str | None:
+    if s.draft is None:
+        return None
+    return (
+        f".checks: a draft scenario names 'speculative' and only {of_run(LLAMA, 'free')}; speculative missing "
+        "(teacher forcing and the compiled decode do not apply)"
+    )
+
+
+# -- judges over several runs (imported when judged: token_budget brings mlx) ------------------
+
+
+def _judge_streamed(context: CheckContext) -> CheckResult:
+    from harness.checks.streamed import judge_streamed
+
+    return judge_streamed(context)
+
+
+def _judge_writers(context: CheckContext) -> CheckResult:
+    from harness.checks.writers import judge_writers
+
+    return judge_writers(context)
+
+
+def _judge_token_budget(context: CheckContext) -> CheckResult:
+    from harness.checks.token_budget import judge_token_budget
+
+    return judge_token_budget(context)
+
+
 _TOKEN_LEVEL_TESTS = (
     "tests/test_token_level_checks.py::test_token_level_checks_ignore_foreign_floats_and_catch_token_and_text_changes",
 )
@@ -123,51 +186,61 @@ _TABLE = (
           failing_tests=("tests/test_detokenize.py::test_detokenize_fails_on_an_in_tree_stream_that_drops_a_byte",),
           exercises=DETOKENIZE),
     Check("draft_stats", "drafted / accepted counts of every step (L2 drafting)", "free", (LLAMA,), "bits",
-          judge=_json("draft_stats", "drafted/accepted counts", lambda r: r.extra.get("step_info"))),
+          compare=_json("draft_stats", "drafted/accepted counts", lambda r: r.extra.get("step_info")),
+          applies=scope.draft_stats_applies),
     Check("speculative", "draft-model speculative decoding: every verify row, accepted counts, tokens, draft cache",
-          "free", (LLAMA,), "bits", judge=judge_speculative, rejudge_failures=True,
+          "free", (LLAMA,), "bits", compare=judge_speculative, rejudge_failures=True,
           failing_tests=("tests/test_speculative.py::test_an_acceptance_rule_off_by_one_fails_the_speculative_gate",),
-          exercises=SPECULATIVE),
+          exercises=SPECULATIVE,
+          applies=scope.speculative_applies, wanted=_speculative_wanted),
     Check("compiled_decode", "the compiled single-token decode loop, every row and token", "compiled", (LLAMA,),
-          "bits", judge=_compiled_decode, rows=_every_step,
+          "bits", compare=_compiled_decode, rows=_every_step,
           failing_tests=("tests/test_compiled_decode.py::"
-                         "test_compiled_decode_check_fails_through_the_session_on_a_perturbed_trace",)),
+                         "test_compiled_decode_check_fails_through_the_session_on_a_perturbed_trace",),
+          applies=scope.compiled_applies),
     Check("response", "mlx-lm server's reasoning / content / tool_calls split, streamed chunks and whole",
-          "teacher_forced", (LLAMA,), "bits", judge=check_response,
+          "teacher_forced", (LLAMA,), "bits", compare=check_response,
           failing_tests=("tests/test_response.py::test_response_fails_on_a_parser_that_reads_a_number_as_a_string",
                          "tests/test_response.py::test_response_fails_when_a_forced_text_encodes_differently"),
-          exercises=RESPONSE),
+          exercises=RESPONSE,
+          applies=scope.response(True), wanted=scope.response(False)),
     Check("mel", "the log-mel spectrogram", "free", (WHISPER,), "bits",
-          judge=lambda g, a: compare_array("mel", g, a, "mel"), array="mel"),
+          compare=lambda g, a: compare_array("mel", g, a, "mel"), array="mel"),
     Check("encoder_output", "the audio encoder's output", "free", (WHISPER,), "bits",
-          judge=lambda g, a: compare_array("encoder_output", g, a, "encoder"), array="encoder"),
+          compare=lambda g, a: compare_array("encoder_output", g, a, "encoder"), array="encoder"),
     Check("transcript", "the transcript, log-probs included", "free", (WHISPER,), "bits",
-          judge=_json("transcript", "transcript", lambda r: r.extra.get("transcript")), exercises=TRANSCRIPT),
+          compare=_json("transcript", "transcript", lambda r: r.extra.get("transcript")), exercises=TRANSCRIPT),
     Check("fallback_decisions", "decode calls and temperature-fallback decisions", "free", (WHISPER,), "bits",
-          judge=_json("fallback_decisions", "decode calls and fallback decisions", fallback_decisions)),
+          compare=_json("fallback_decisions", "decode calls and fallback decisions", fallback_decisions)),
     Check("decode_tokens", "every row's token and each decode call's chosen tokens", "free", (WHISPER,), "tokens",
-          judge=decode_tokens, digest_tokens=True,
+          compare=decode_tokens, digest_tokens=True,
           failing_tests=(*_TOKEN_LEVEL_TESTS, _BEAM_RANKING, _BEAM_REORDER)),
     Check("transcript_text", "the transcript's text, tokens and timestamps (log-probs left out)", "free",
           (WHISPER,), "tokens",
-          judge=_json("transcript_text", "transcript (text, tokens, timestamps; log-prob floats left out)",
+          compare=_json("transcript_text", "transcript (text, tokens, timestamps; log-prob floats left out)",
                       lambda r: without_logprob_fields(r.extra.get("transcript"))),
           failing_tests=(*_TOKEN_LEVEL_TESTS, _BEAM_RANKING)),
     Check("writers", "txt, vtt, srt, tsv and json writers' bytes", "session", (WHISPER,), "tokens",
           failing_tests=("tests/test_whisper_writers.py::test_a_line_width_off_by_one_fails_naming_a_subtitle_format",
                          "tests/test_exercise_words.py::"
                          "test_truncated_milliseconds_fail_the_writers_gate_only_where_the_path_is_walked"),
-          exercises=WRITERS),
+          exercises=WRITERS,
+          judge_runs=_judge_writers, needs=(ORACLE_JOB,), wanted=scope.writers_wanted),
     Check("streamed_transcript", "the streaming transcriber (1, 7, 30 s chunks) against the batch run, in-tree",
           "session", (WHISPER,), "bits",
           failing_tests=("tests/test_whisper_stream.py::test_a_stream_that_drops_the_last_window_fails_the_gate",),
-          exercises=STREAMED),
+          exercises=STREAMED,
+          judge_runs=_judge_streamed, needs=(FREE, STREAM),
+          applies=scope.streamed_applies, wanted=scope.streamed_wanted),
     Check("token_budget", "L2 fast path: differing tokens within a calibrated budget, each a near-tie",
           "session", (WHISPER,), "tokens",
           failing_tests=("tests/test_whisper_fast.py::test_the_gate_fails_a_fast_path_whose_logits_are_scaled_by_1_01",
                          "tests/test_whisper_fast.py::test_the_gate_fails_an_attention_scale_one_ulp_off",
                          "tests/test_whisper_fast.py::test_the_gate_fails_a_budget_edited_away_from_its_record"),
-          exercises=TOKEN_BUDGET),
+          exercises=TOKEN_BUDGET,
+          judge_runs=_judge_token_budget,
+          needs=(FREE, TEACHER_FORCED, FULL_GOLDEN, CALIBRATION),
+          applies=scope.token_budget(named=True), wanted=scope.token_budget(named=False)),
     Check("input", "the fixture's samples as the oracle read them", "vad", (VAD,), "bits",
           failing_tests=(_VAD + "test_input_fails_when_the_oracle_read_other_samples_and_nothing_else_is_compared",)),
     Check("probabilities", "per-chunk speech probabilities, within the measured tolerance", "vad", (VAD,),
@@ -213,26 +286,28 @@ def with_exercises() -> list[str]:
     return [c.name for c in _TABLE if c.exercises is not None]
 
 
-def judge(name: str, golden: ScenarioRecord, actual: ScenarioRecord, full: Callable[[], ScenarioRecord]) -> CheckResult:
+def judge_pair(
+    name: str, golden: ScenarioRecord, actual: ScenarioRecord, full: Callable[[], ScenarioRecord]
+) -> CheckResult:
     """A record check as `make parity` decides it: a compact golden by its digests when they
     settle it, else against the full vectors (`full()` fetches them), which explain a difference."""
     check = get(name)
-    if check.judge is None:
+    if check.compare is None:
         raise HarnessError(f"check {name!r} judges {check.run} runs, not one record pair")
     if golden.is_compact:
         decided = decide_by_digest(check, golden, actual)
         if decided is not None:
             return decided
         golden = full()
-    return check.judge(golden, actual)
+    return check.compare(golden, actual)
 
 
 def decide_by_digest(check: Check, golden: ScenarioRecord, actual: ScenarioRecord) -> CheckResult | None:
     """Judge against a compact golden by hashes alone when that settles it; None when the
     check needs the full vectors (a difference to explain)."""
-    assert check.judge is not None
+    assert check.compare is not None
     if check.rejudge_failures:
-        result = check.judge(golden, actual)
+        result = check.compare(golden, actual)
         return result if result.passed else None
     if check.rows is not None:
         rows = list(check.rows(golden))
@@ -262,4 +337,4 @@ def decide_by_digest(check: Check, golden: ScenarioRecord, actual: ScenarioRecor
         return CheckResult(check.name, True, f"{name} ({shape}) bit-identical (sha256 of raw bits)")
     if check.digest_tokens and actual.tokens != golden.tokens:
         return None
-    return check.judge(golden, actual)  # judged on tokens / JSON only
+    return check.compare(golden, actual)  # judged on tokens / JSON only

@@ -106,3 +106,9 @@ def check_streamed(
         steps_compared=sum(r.steps_compared for r in passed),
         details={"chunks": [r.details for r in passed]},
     )
+
+
+def judge_streamed(context: Any) -> CheckResult:
+    """The row's judge: the in-tree stream against the in-tree batch run (which its own checks
+    gate against the oracle), at the scenario's chunk sizes."""
+    return check_streamed(context.intree("free"), context.streamed, context.scenario.stream_chunks)

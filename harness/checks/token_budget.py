@@ -324,3 +324,13 @@ def _classify(
     verdict = "near-tie" if near else "NOT a near-tie"
     explanation = f"{where}: oracle {want} vs fast {pick}: {verdict}: {what}"
     return base | {"margin": margin, "error": error, "kind": kind, "near_tie": near, "explanation": explanation}
+
+
+def judge_token_budget(context: Any) -> CheckResult:
+    """The row's judge: the fast path's free and teacher-forced runs against the oracle's full
+    vectors (margins need them) and the scenario's calibration record."""
+    golden = context.full_golden()
+    budget = int(context.scenario.composition["budget"]["max_differing_tokens"])
+    return check_token_budget(
+        golden, context.intree("free"), context.intree("teacher_forced"), budget, context.calibration(golden)
+    )

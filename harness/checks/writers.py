@@ -227,3 +227,17 @@ def check_writers(
     # times the comparison saw written).
     result.details["oracle_cue_ms"] = cue_milliseconds(expected)
     return result
+
+
+def judge_writers(context: Any) -> CheckResult:
+    """The row's judge: the writers on the golden's and the free run's transcripts. One key
+    order for both (the golden's JSON keeps its keys sorted, a transcript dict keeps insertion
+    order), so the writers are judged on the same result."""
+    from harness.checks.tokens import sorted_keys
+
+    return check_writers(
+        sorted_keys(context.golden().extra.get("transcript")),
+        sorted_keys(context.intree("free").extra.get("transcript")),
+        context.audio,
+        dict(context.scenario.writer_options),
+    )

@@ -96,9 +96,7 @@ def validate_draft(draft: Any, where: str) -> None:
 
 def check_draft_scenario(profile: Any, s: Any, where: str) -> None:
     """A draft scenario: a plain or chat prompt, judged at L1 by mlx-lm, with DRAFT_CHECKS only."""
-    if s.draft is None:
-        if "speculative" in profile.checks(s):
-            raise ProfileError(f"{where}.checks: speculative needs a 'draft' scenario")
+    if s.draft is None:  # a check that needs a draft says so (its registry row's `applies`)
         return
     validate_draft(s.draft, where)
     if s.kind not in ("plain", "chat") or s.turns or s.composition or s.stop:
@@ -113,8 +111,8 @@ def check_draft_scenario(profile: Any, s: Any, where: str) -> None:
         )
     allowed = draft_checks()
     bad = [c for c in profile.checks(s) if c not in allowed]
-    if bad or "speculative" not in profile.checks(s):
+    if bad:  # the check a draft scenario must name says so (its registry row's `wanted`)
         raise ProfileError(
             f"{where}.checks: a draft scenario names 'speculative' and only {allowed}; "
-            f"{bad or 'speculative missing'} (teacher forcing and the compiled decode do not apply)"
+            f"{bad} (teacher forcing and the compiled decode do not apply)"
         )

@@ -191,20 +191,18 @@ def _check_profile(profile: Profile) -> None:
             )
         for j, entry in enumerate(s.exercises):
             _check_exercise(profile, s, entry, f"{where}.exercises[{j}]")
-        if "compiled_decode" in profile.checks(s) and (s.kind not in ("plain", "chat") or s.turns or s.composition):
-            raise ProfileError(f"{where}.checks: compiled_decode runs plain and chat scenarios only")
+        for name in allowed_checks:  # each row says where it applies and which scenario asks for it
+            row = registry.get(name)
+            scope = row.applies if name in profile.checks(s) else row.wanted
+            why = scope(profile, s) if scope is not None else None
+            if why is not None:
+                raise ProfileError(f"{where}{why}")
         if s.stop is not None and (s.kind not in ("plain", "chat") or s.turns or s.composition):
             raise ProfileError(f"{where}.stop: only plain and chat scenarios stop at EOS (as mlx-lm's generate)")
         if s.stop is not None and profile.oracle_of(s) not in with_feature("stop"):
             raise ProfileError(
                 f"{where}.stop: judged against {' or '.join(with_feature('stop'))}'s stream_generate, "
                 f"not {profile.oracle_of(s)}"
-            )
-        eager_only = [k for k in ("kv_bits", "max_kv_size") if getattr(s, k) is not None]
-        if "compiled_decode" in profile.checks(s) and eager_only:
-            raise ProfileError(
-                f"{where}.checks: compiled_decode with {' and '.join(eager_only)}: that cache is not compiled, "
-                "the run would be the eager loop judged twice; drop the check or the option"
             )
         check_draft_scenario(profile, s, where)
         if s.composition is not None and not speech:
@@ -214,17 +212,10 @@ def _check_profile(profile: Profile) -> None:
                 parse_composition(s.composition)
             except CompositionError as e:
                 raise ProfileError(f"{where}.composition: {e}") from None
-        if "draft_stats" in profile.checks(s) and (s.composition or {}).get("kind") != "ngram_draft":
-            raise ProfileError(f"{where}.checks: draft_stats needs a composition of kind 'ngram_draft'")
         if s.composition is not None and speech and not profile.intree_composition(s):
             raise ProfileError(
                 f"{where}.composition.kind: {s.composition['kind']!r} is not a {profile.implementation} composition; "
                 f"known: {list(INTREE_COMPOSITIONS[profile.implementation])}"
-            )
-        if ("token_budget" in profile.checks(s)) != profile.intree_composition(s):
-            raise ProfileError(
-                f"{where}.checks: token_budget judges an in-tree composition with a budget "
-                "(composition kind whisper-fast), and such a scenario must run it"
             )
         if profile.oracle_of(s) in MLX_FREE_ORACLES:
             bad = [c for c in profile.checks(s) if registry.get(c).judges != "tokens"]
@@ -234,19 +225,13 @@ def _check_profile(profile: Profile) -> None:
                     f"compute; allowed: {registry.judged_on('tokens')}"
                 )
         check_response_scenario(s, profile.checks(s), profile.oracle_of(s), where)
-        if s.writer_options and "writers" not in profile.checks(s):
-            raise ProfileError(f"{where}.writer_options: only meaningful with the writers check")
         _check_writer_options(s.writer_options, f"{where}.writer_options")
         if speech:
             _check_transcribe_options(s.options, f"{where}.options")
-        if s.stream_chunks is not None and "streamed_transcript" not in profile.checks(s):
-            raise ProfileError(f"{where}.stream_chunks: only meaningful with the streamed_transcript check")
         if s.stream_chunks is not None and (not s.stream_chunks or any(c * 16000 < 1 for c in s.stream_chunks)):
             raise ProfileError(
                 f"{where}.stream_chunks: expected seconds of at least one 16 kHz sample, got {s.stream_chunks}"
             )
-        if "streamed_transcript" in profile.checks(s) and s.composition is not None:
-            raise ProfileError(f"{where}.checks: streamed_transcript streams the reference path, not a composition")
         if s.audio is not None:
             audio = (REPO_ROOT / s.audio).resolve()
             if Path(s.audio).is_absolute() or not audio.is_file():

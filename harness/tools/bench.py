@@ -170,11 +170,11 @@ def per_step_overhead(session: Any, profile: Profile) -> dict[str, Any]:
         checks = [c for c in profile.checks(scenario) if registry.get(c).run == "free"]
         started = time.perf_counter()
         for check in checks:
-            registry.judge(check, golden, record, lambda f=full: f)
+            registry.judge_pair(check, golden, record, lambda f=full: f)
         judge = time.perf_counter() - started
         started = time.perf_counter()
         for check in checks:
-            registry.judge(check, full, record, lambda f=full: f)
+            registry.judge_pair(check, full, record, lambda f=full: f)
         judge_full = time.perf_counter() - started
         steps = len(record.tokens)
         rows.append(

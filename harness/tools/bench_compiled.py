@@ -183,7 +183,7 @@ def gate(session: Any, profile: Profile, variant: str, scenario_ids: list[str] |
         # The step gates (logits rows, tokens, the stop) on the runs the compiled loop replaced.
         gates = [c for c in profile.checks(scenario) if registry.get(c).rows or registry.get(c).digest_tokens]
         for check in (c for c in gates if registry.get(c).run in records):
-            result = registry.judge(
+            result = registry.judge_pair(
                 check, golden, records[registry.get(check).run], lambda s=scenario: session.full_golden(profile, s)
             )
             rows.append(
