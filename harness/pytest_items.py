@@ -61,12 +61,12 @@ class ProfileFile(_ProfileCollector):
                 # Not collected here (a full-size twin's complete set takes hours on the CPU
                 # backend); the report's context lists it as scoped out, never as passed.
                 continue
-            for check in profile.checks(scenario):
+            for check in profile.planned(scenario).checks:
                 item = ParityItem.from_parent(
                     self, name=f"{scenario.id}::{check}", profile=profile, scenario=scenario, check=check
                 )
                 item.add_marker(pytest.mark.parity)
-                item.add_marker(getattr(pytest.mark, profile.tier_of(scenario)))
+                item.add_marker(getattr(pytest.mark, profile.planned(scenario).tier))
                 item.add_marker(pytest.mark.xdist_group(f"{profile.name}:{scenario.id}"))
                 for tag in scenario.tags:
                     item.add_marker(getattr(pytest.mark, tag))
@@ -153,13 +153,14 @@ class ParityItem(_VerdictItem):
     def __init__(self, *, profile: Profile, scenario: Scenario, check: str, **kwargs: Any):
         super().__init__(**kwargs)
         self.profile, self.scenario, self.check = profile, scenario, check
+        self.planned = profile.planned(scenario)  # planned at collection; the run reads it
         self.scenario_id = scenario.id
 
     def _row(self) -> dict[str, Any]:
         return {
             "model": self.profile.name,
-            "tier": self.profile.tier_of(self.scenario),
-            "oracle": self.profile.oracle_of(self.scenario),
+            "tier": self.planned.tier,
+            "oracle": self.planned.oracle,
         }
 
     def _judge(self) -> CheckResult:

@@ -19,6 +19,7 @@ from harness.coverage import SCENARIO as COVERAGE_SCENARIO
 from harness.coverage import Coverage, judge_coverage
 from harness.errors import HarnessError
 from harness.goldens.lifecycle import harness_commit
+from harness.model_provenance import model_provenance
 from harness.paths import profiles_dir
 from harness.profile import Profile
 from harness.profile.load import available_profiles, load_profile
@@ -35,7 +36,6 @@ from harness.pytest_items import (
     _session,
 )
 from harness.report import ItemResult, build_report, peak_rss_mb, print_table, verdict, write_report
-from harness.session import model_provenance
 from harness.settings import check_all as check_settings
 from harness.timing import breakdown, clock, format_breakdown
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.checks.compare import diff_vectors
+from harness.errors import NonDeterministicError
 from harness.records import ScenarioRecord
 
 # What decides a Whisper decode call's inputs (its window, temperature, prompt, fed tokens):
@@ -35,3 +37,24 @@ def forced_run_repeats_free(free: ScenarioRecord, forced: ScenarioRecord | None,
         return True
     calls = _call_inputs(free)
     return forced.tokens == free.tokens and calls is not None and calls == _call_inputs(forced) == _call_inputs(golden)
+
+
+def check_deterministic(label: str, first: ScenarioRecord, second: ScenarioRecord) -> None:
+    """Two runs fed the same tokens must agree bit for bit, or no comparison means anything."""
+    for step in range(min(len(first.tokens), len(second.tokens))):
+        diff = diff_vectors(first.logits[step], second.logits[step])
+        if not diff.equal:
+            raise NonDeterministicError(
+                f"in-tree implementation is not deterministic on {label}: two runs fed the same tokens "
+                f"differ at step {step} ({diff.explain()}); no oracle comparison was made"
+            )
+    if len(first.tokens) != len(second.tokens):
+        raise NonDeterministicError(f"in-tree implementation is not deterministic on {label}: run lengths differ")
+    verify = first.arrays.get("verify_logits")  # a draft run: every verify row and step, not only the kept rows
+    if verify is not None and (
+        verify.tobytes() != second.arrays["verify_logits"].tobytes()
+        or first.extra.get("step_info") != second.extra.get("step_info")
+    ):
+        raise NonDeterministicError(
+            f"in-tree implementation is not deterministic on {label}: the draft runs' verify rows or steps differ"
+        )

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness import settings
-from harness.artifacts.resolve import ResolvedArtifact, resolve_artifact
+from harness.artifacts.keeper import ArtifactKeeper
+from harness.artifacts.resolve import ResolvedArtifact
 from harness.checks import registry
 from harness.checks.compare import (
     CheckResult,
-    diff_vectors,
 )
 from harness.checks.context import FREE, RUNS, TEACHER_FORCED, CheckContext
 from harness.checks.exercise import walked_paths
@@ -32,18 +32,16 @@ from harness.errors import (
     GoldenError,
     HarnessError,
     InTreeRunError,
-    NonDeterministicError,
     OracleError,
 )
+from harness.goldens.calibration import CalibrationRecord
 from harness.goldens.lifecycle import GoldenLifecycle, runnable_spec
-from harness.goldens.store import Golden
-from harness.oracle.venvs import oracle_pins_hash
-from harness.paths import REPO_ROOT, shown
+from harness.goldens.store import Golden, GoldenStore
+from harness.paths import REPO_ROOT
 from harness.profile import Profile, Scenario
 from harness.profile.load import find_profile
-from harness.provenance import device_facts
 from harness.records import ScenarioRecord
-from harness.repeat import forced_run_repeats_free
+from harness.repeat import check_deterministic, forced_run_repeats_free
 from harness.runners import InTreeRunner, ModelHook
 from harness.runners.llama import LlamaRunner
 from harness.runners.oracle import OracleRunner
@@ -56,43 +54,14 @@ def localize_enabled() -> bool:
     return settings.read().localize
 
 
-def check_deterministic(label: str, first: ScenarioRecord, second: ScenarioRecord) -> None:
-    """Two runs fed the same tokens must agree bit for bit, or no comparison means anything."""
-    for step in range(min(len(first.tokens), len(second.tokens))):
-        diff = diff_vectors(first.logits[step], second.logits[step])
-        if not diff.equal:
-            raise NonDeterministicError(
-                f"in-tree implementation is not deterministic on {label}: two runs fed the same tokens "
-                f"differ at step {step} ({diff.explain()}); no oracle comparison was made"
-            )
-    if len(first.tokens) != len(second.tokens):
-        raise NonDeterministicError(f"in-tree implementation is not deterministic on {label}: run lengths differ")
-    verify = first.arrays.get("verify_logits")  # a draft run: every verify row and step, not only the kept rows
-    if verify is not None and (
-        verify.tobytes() != second.arrays["verify_logits"].tobytes()
-        or first.extra.get("step_info") != second.extra.get("step_info")
-    ):
-        raise NonDeterministicError(
-            f"in-tree implementation is not deterministic on {label}: the draft runs' verify rows or steps differ"
-        )
-
-
 @dataclass
-class ParitySession(GoldenLifecycle):
+class ParitySession:
     model_hook: ModelHook | None = None
     oracle_runner: Callable[[str], OracleRunner] = OracleRunner  # tests inject a fake oracle
     _profiles: dict[str, Profile] = field(default_factory=dict)
-    _artifacts: dict[str, ResolvedArtifact] = field(default_factory=dict)
-    _goldens: dict[str, dict[str, Golden]] = field(default_factory=dict)
     _runners: dict[str, InTreeRunner] = field(default_factory=dict)
     _records: dict[tuple[str, str, str], ScenarioRecord] = field(default_factory=dict)
-    # A profile whose goldens could not be had fails every later check with the same error,
-    # rather than running the oracle again for each one.
-    _golden_errors: dict[str, HarnessError] = field(default_factory=dict)
-    _scenario_errors: dict[tuple[str, str], HarnessError] = field(default_factory=dict)
     _localizations: dict[tuple[str, str, int], Localization | None] = field(default_factory=dict)
-    _full_goldens: dict[tuple[str, str], ScenarioRecord] = field(default_factory=dict)
-    _full_golden_errors: dict[tuple[str, str], HarnessError] = field(default_factory=dict)
     # Per profile, the scenarios a pytest run selected (absent: all): only their goldens are made.
     selected_scenarios: dict[str, set[str]] = field(default_factory=dict)
     # Faults for `make mutants`: per (profile, scenario), spec keys the in-tree run is given in
@@ -102,19 +71,27 @@ class ParitySession(GoldenLifecycle):
     # overlap_enabled); the parity plugin's session turns it on.
     overlap_generation: bool = False
     _prefetched: dict[tuple[str, str], ScenarioRecord] = field(default_factory=dict)
-    # Artifacts whose every file was read again this session (verify_artifact), and those
-    # found corrupt that could not be mended (a hub snapshot): every later check says so.
-    _verified_in_full: set[str] = field(default_factory=set)
-    _artifact_rebuilds: dict[str, int] = field(default_factory=dict)
-    _artifact_errors: dict[str, HarnessError] = field(default_factory=dict)
     # In-tree runs that raised, per (profile, scenario, compiled?): never run again in the session.
     _intree_errors: dict[tuple[str, str, bool], Exception] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Its collaborators: the artifacts it holds, and the goldens' lifecycle (given the
+        # artifacts, the oracle's runner, the in-tree work to overlap and the selection).
+        self.artifacts = ArtifactKeeper(release=self.release)
+        self.lifecycle = GoldenLifecycle(
+            self.artifacts,
+            lambda oracle: self.oracle_runner(oracle),
+            self.prefetch_intree,
+            self.selected_scenarios,
+            lambda: self.overlap_generation,
+        )
 
     def release(self, name: str) -> None:
         """Drop a profile's in-tree model and records once its last check has run, so a run
         over many profiles holds one profile's model at a time (a 7 GB runner, issue 14)."""
         self._runners.pop(name, None)
-        for cache in (self._records, self._full_goldens, self._localizations, self._prefetched, self._intree_errors):
+        self.lifecycle.release(name)
+        for cache in (self._records, self._localizations, self._prefetched, self._intree_errors):
             for key in [k for k in cache if k[0] == name]:
                 del cache[key]
         import gc
@@ -129,15 +106,37 @@ class ParitySession(GoldenLifecycle):
             self._profiles[name] = find_profile(name)
         return self._profiles[name]
 
-    def artifact(self, profile: Profile) -> ResolvedArtifact:
-        if profile.name in self._artifact_errors:  # found corrupt in full and not mendable here
-            raise self._artifact_errors[profile.name]
-        if profile.name not in self._artifacts:
-            with clock.phase("artifact"):
-                self._artifacts[profile.name] = resolve_artifact(profile)
-        return self._artifacts[profile.name]
+    # -- what the checks and tools ask the session, answered by its collaborators -----------
 
-    # -- goldens ---------------------------------------------------------------------------
+    def artifact(self, profile: Profile) -> ResolvedArtifact:
+        return self.artifacts.artifact(profile)
+
+    def verify_artifact(self, profile: Profile, why: str) -> None:
+        self.artifacts.verify(profile, why)
+
+    def goldens(self, profile: Profile, regenerate: bool = False) -> dict[str, Golden]:
+        return self.lifecycle.goldens(profile, regenerate)
+
+    def golden(self, profile: Profile, scenario: Scenario) -> Golden:
+        return self.lifecycle.golden(profile, scenario)
+
+    def full_golden(self, profile: Profile, scenario: Scenario) -> ScenarioRecord:
+        return self.lifecycle.full_golden(profile, scenario)
+
+    def store(self, oracle: str) -> GoldenStore:
+        return self.lifecycle.store(oracle)
+
+    def provenance(self, profile: Profile, scenario: Scenario) -> dict[str, Any]:
+        return self.lifecycle.provenance(profile, scenario)
+
+    def calibration(self, profile: Profile, scenario: Scenario, golden: ScenarioRecord) -> CalibrationRecord:
+        return self.lifecycle.calibration(profile, scenario, golden)
+
+    def scenario_errors(self, profile_name: str) -> dict[tuple[str, str], HarnessError]:
+        return self.lifecycle.scenario_errors(profile_name)
+
+    def recorded_elsewhere(self, profile: Profile, scenario: Scenario) -> str | None:
+        return self.lifecycle.recorded_elsewhere(profile, scenario)
 
     # -- in-tree -----------------------------------------------------------------------------
 
@@ -195,7 +194,7 @@ class ParitySession(GoldenLifecycle):
             spec = self.intree_spec(profile, scenario)
             free = self._prefetched.pop((profile.name, scenario.id), None) or self._run(profile, spec, None)
             # Teacher forcing only where a check judges it (beam search has no forced path).
-            wants_forced = any(TEACHER_FORCED in registry.get(c).needed for c in profile.checks(scenario))
+            wants_forced = TEACHER_FORCED in profile.planned(scenario).needs
             forced = self._run(profile, spec, golden) if wants_forced else None
             # Fed the same tokens, two runs must agree bit for bit. When the free run followed the
             # oracle's tokens (a speech run: its decode calls), the teacher-forced run is exactly
@@ -215,13 +214,13 @@ class ParitySession(GoldenLifecycle):
         that fails here is dropped: the check runs it again and reports the error there."""
         if profile.implementation not in ("universal-llama", "whisper"):
             return
-        for scenario in self._scenarios_in_scope(profile):
+        for scenario in self.lifecycle.scenarios_in_scope(profile):
             key = (profile.name, scenario.id)
             if done():
                 return
             if key in self._prefetched or (*key, "free") in self._records:
                 continue
-            if not any(FREE in registry.get(c).needed for c in profile.checks(scenario)):
+            if FREE not in profile.planned(scenario).needs:
                 continue  # a compiled-only scenario makes no free run
             try:
                 self._prefetched[key] = self._run(profile, self.intree_spec(profile, scenario), None)
@@ -231,7 +230,7 @@ class ParitySession(GoldenLifecycle):
     def intree_spec(self, profile: Profile, scenario: Scenario) -> dict[str, Any]:
         """What the in-tree side runs: the profile's scenario (with a mutant's edits, if any)."""
         edits = self.intree_spec_edits.get((profile.name, scenario.id), {})
-        return runnable_spec(profile.scenario_spec(scenario) | edits)
+        return runnable_spec(profile.planned(scenario).spec_dict() | edits)
 
     def _run(
         self, profile: Profile, spec: dict[str, Any], forced: ScenarioRecord | None, repeat: bool = False
@@ -245,9 +244,9 @@ class ParitySession(GoldenLifecycle):
     # -- checks ------------------------------------------------------------------------------
 
     def run_check(self, profile: Profile, scenario: Scenario, check: str) -> CheckResult:
-        rebuilds = self._artifact_rebuilds.get(profile.name, 0)
+        rebuilds = self.artifacts.rebuilt(profile.name)
         result = self._judge(profile, scenario, check)
-        if self._artifact_rebuilds.get(profile.name, 0) != rebuilds:  # what it judged ran on corrupt files
+        if self.artifacts.rebuilt(profile.name) != rebuilds:  # what it judged ran on corrupt files
             result = self._judge(profile, scenario, check)
             result.summary += "; judged again after the artifact was found corrupt and made again"
         exercise = registry.get(check).exercises
@@ -265,9 +264,9 @@ class ParitySession(GoldenLifecycle):
         """A failure is blamed on the implementation only once the artifact's files are known
         intact: read in full (bit rot keeps size and mtime). False when a corrupt made-here
         artifact was just made again (what ran on it dropped): the check is judged again."""
-        rebuilds = self._artifact_rebuilds.get(profile.name, 0)
+        rebuilds = self.artifacts.rebuilt(profile.name)
         self.verify_artifact(profile, f"after {profile.name}/{scenario.id}/{check} failed")
-        return self._artifact_rebuilds.get(profile.name, 0) == rebuilds
+        return self.artifacts.rebuilt(profile.name) == rebuilds
 
     def context(self, profile: Profile, scenario: Scenario) -> CheckContext:
         """What any check of the scenario may ask for, each made on first use and kept."""
@@ -319,61 +318,11 @@ class ParitySession(GoldenLifecycle):
         return self._localizations[key]
 
     def _localize(self, profile: Profile, scenario: Scenario, row: int) -> Localization | None:
-        spec = runnable_spec(profile.scenario_spec(scenario))
-        oracle = profile.oracle_of(scenario)
+        planned = profile.planned(scenario)
+        spec, oracle = runnable_spec(planned.spec_dict()), planned.oracle
         if profile.implementation != "universal-llama" or not can_localize(spec, oracle):
             return None
         golden = self.golden(profile, scenario).record
         expected = oracle_module_outputs(oracle, self.artifact(profile).model_dir, spec, row)
         actual = intree_module_outputs(self.runner(profile), self.intree_spec(profile, scenario), golden, row)
         return first_divergence(expected, actual, row)
-
-
-def model_provenance(name: str) -> dict[str, Any]:
-    """What a report says about a model's run: artifact (real or twin), oracle, goldens' hashes.
-
-    Reads tracked manifests only (no blobs, no oracle), so the reporting process can call it.
-    """
-    from harness.goldens.vad import vad_model_provenance
-    from harness.profile.vad import available_vad_profiles
-
-    if name in available_vad_profiles():
-        return vad_model_provenance(name)
-    session = ParitySession()
-    try:
-        profile = session.profile(name)
-        artifact = session.artifact(profile)
-    except HarnessError as e:
-        return {"error": str(e)}
-    goldens = {}
-    for scenario in profile.active_scenarios(device_facts().backend):
-        try:
-            store = session.store(profile.oracle_of(scenario))
-        except HarnessError as e:
-            goldens[scenario.id] = {"error": str(e)}
-            continue
-        path = store.manifest_path(profile.name, scenario.id)
-        try:
-            manifest = store.read_manifest(profile.name, scenario.id) or {}
-        except HarnessError as e:  # the check itself reports it; the report is still written
-            goldens[scenario.id] = {"manifest": str(path), "error": str(e)}
-            continue
-        goldens[scenario.id] = {
-            "manifest": shown(path),
-            "tier": profile.tier_of(scenario),
-            "oracle": profile.oracle_of(scenario),
-            "blobs": {k: v["sha256"] for k, v in manifest.get("blobs", {}).items()},
-            "oracle_environment": manifest.get("oracle_environment", {}),
-        }
-    return {
-        "tier": profile.tier,
-        "oracle": profile.oracle,
-        "oracle_pins_hash": oracle_pins_hash(profile.oracle),
-        "oracles": {
-            oracle: oracle_pins_hash(oracle) for oracle in sorted({profile.oracle_of(s) for s in profile.scenarios})
-        },
-        "artifact": artifact.provenance(),
-        "ran_twin": "twin" in artifact.identity,
-        "oracle_defects": profile.oracle_defects,
-        "goldens": goldens,
-    }

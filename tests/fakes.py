@@ -59,6 +59,8 @@ def fake_session(model_dir: Path, weights_hash: str = "w0") -> ParitySession:
         weight_hashes={"model.safetensors": weights_hash},
         tokenizer_hash="t0",
     )
-    session._artifacts["tiny"] = artifact
-    session._verified_in_full.add("tiny")  # a fake artifact has no files to read in full (tests/test_bitrot.py)
+    session.artifacts.resolved["tiny"] = artifact
+    session.artifacts.verified_in_full.add(
+        "tiny"
+    )  # a fake artifact has no files to read in full (tests/test_bitrot.py)
     return session

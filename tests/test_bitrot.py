@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import harness.session as session_module
+import harness.artifacts.keeper as keeper_module
 from harness.artifacts.files import file_hashes
 from harness.artifacts.integrity import verify_hub_snapshot
 from harness.artifacts.resolve import ResolvedArtifact, _convert_once
@@ -105,7 +105,7 @@ def converted(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
         hashes = file_hashes(target)  # the cheap check every resolution makes
         return ResolvedArtifact(target, identity, {"model.safetensors": hashes["model.safetensors"]}, "t0")
 
-    monkeypatch.setattr(session_module, "resolve_artifact", resolve)
+    monkeypatch.setattr(keeper_module, "resolve_artifact", resolve)
     return builds
 
 
@@ -149,7 +149,7 @@ def test_a_gate_failing_on_rotten_weights_reads_them_in_full_and_judges_again(co
 def test_a_passing_run_reads_no_file_in_full(converted: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
     _golden_sha(_session())
     reads: list[str] = []
-    monkeypatch.setattr("harness.goldens.lifecycle.verify_in_full", lambda p, a: reads.append(p.name) or [])
+    monkeypatch.setattr("harness.artifacts.keeper.verify_in_full", lambda p, a: reads.append(p.name) or [])
     session = _session()
     profile = session.profile("tiny")
     assert all(session.run_check(profile, s, "decode_logits").passed for s in profile.scenarios)
@@ -178,7 +178,7 @@ def test_rotten_hub_weights_are_refused_never_passed(
         hashes = verify_hub_snapshot(snapshot, profile.artifact)  # the cheap check
         return ResolvedArtifact(snapshot, {"source": "hub", "repo": profile.artifact.repo}, hashes, "t0")
 
-    monkeypatch.setattr(session_module, "resolve_artifact", resolve)
+    monkeypatch.setattr(keeper_module, "resolve_artifact", resolve)
     _golden_sha(_session())
     _rot((snapshot / "model.safetensors").resolve())
     session = _session()

@@ -210,7 +210,7 @@ def test_two_draft_runs_must_agree_on_every_verify_row_and_step() -> None:
 
     from harness.errors import NonDeterministicError
     from harness.records import ScenarioRecord
-    from harness.session import check_deterministic
+    from harness.repeat import check_deterministic
 
     def record(verify: np.ndarray, accepted: int) -> ScenarioRecord:
         info = [{"from_draft": False, "verify_step": 0, "drafted": 2, "accepted": accepted}]

@@ -107,12 +107,12 @@ def test_a_scenario_whose_store_cannot_be_had_fails_alone(isolated: Path, monkey
     """A torch oracle's key needs its venv; when that cannot be built only its scenarios fail,
     the profile's other goldens are still had."""
     from harness.errors import OracleError
-    from harness.session import ParitySession
+    from harness.goldens.lifecycle import GoldenLifecycle
 
     write_profile(isolated)
     session = fake_session(isolated)
     profile = session.profile("tiny")
-    real_store, calls = ParitySession.store, []
+    real_store, calls = GoldenLifecycle.store, []
 
     def store(self, oracle):
         calls.append(oracle)
@@ -120,7 +120,7 @@ def test_a_scenario_whose_store_cannot_be_had_fails_alone(isolated: Path, monkey
             raise OracleError("oracle venv openai-whisper: cannot be built here")
         return real_store(self, oracle)
 
-    monkeypatch.setattr(ParitySession, "store", store)
+    monkeypatch.setattr(GoldenLifecycle, "store", store)
     goldens = session.goldens(profile)
     assert set(goldens) == {"chat"}
     with pytest.raises(OracleError, match="cannot be built here"):

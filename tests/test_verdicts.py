@@ -174,6 +174,7 @@ def test_an_oracle_failure_outside_the_gates_is_reported_once(monkeypatch: pytes
     """ENOSPC while writing a golden (or a vanished venv interpreter) is one ERROR message for
     every check of the profile, and the oracle is not run again for each of them."""
     from harness.errors import GoldenError
+    from harness.goldens.lifecycle import GoldenLifecycle
     from harness.session import ParitySession
 
     calls = []
@@ -182,7 +183,7 @@ def test_an_oracle_failure_outside_the_gates_is_reported_once(monkeypatch: pytes
         calls.append(profile.name)
         raise OSError(28, "No space left on device", "/cache/goldens/blob.tmp")
 
-    monkeypatch.setattr(ParitySession, "_load_goldens", full_disk)
+    monkeypatch.setattr(GoldenLifecycle, "_load_goldens", full_disk)
     session = ParitySession()
     profile = session.profile("smollm2-135m")
     messages = set()
@@ -200,7 +201,8 @@ def test_an_oracle_failure_outside_the_gates_is_reported_once(monkeypatch: pytes
 def test_a_corrupt_manifest_of_an_unselected_scenario_does_not_stop_the_report(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from harness.session import ParitySession, model_provenance
+    from harness.model_provenance import model_provenance
+    from harness.session import ParitySession
 
     monkeypatch.setenv("MLX_PARITY_GOLDENS", str(tmp_path))
     session = ParitySession()

@@ -3,8 +3,10 @@ oracle; a stale one (its provenance changed) is refused until `make goldens` reg
 tracked manifest whose blobs this cache lacks is regenerated and must reproduce their sha256;
 full vectors of a compact golden are fetched on demand (a difference to explain).
 
-`GoldenLifecycle` is the goldens' half of `ParitySession` (harness/session.py), which holds the
-caches it reads (`_profiles`, `_artifacts`, `_goldens`, ...).
+`GoldenLifecycle` is a collaborator the session (harness/session.py) holds: it keeps the
+goldens, their errors and full vectors, and is given what it needs of the rest of the run: the
+artifacts (harness/artifacts/keeper.py), the oracle's runner, the in-tree work it may overlap
+with generation, and the scenarios the run selected.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +26,9 @@ from filelock import FileLock
 from harness import HARNESS_VERSION, settings
 from harness.artifacts.draft import with_draft_dir
 from harness.artifacts.files import sha256_file
-from harness.artifacts.integrity import made_here, verify_in_full
+from harness.artifacts.keeper import ArtifactKeeper
 from harness.artifacts.requantize import requantized_provenance
-from harness.errors import ArtifactError, GoldenError, HarnessError, OracleError, OracleVersionError
+from harness.errors import GoldenError, HarnessError, OracleError, OracleVersionError
 from harness.goldens.calibration import CalibrationRecord, golden_identity, read_record
 from harness.goldens.store import Golden, GoldenStatus, GoldenStore
 from harness.oracle.sources import common_sources
@@ -35,6 +38,7 @@ from harness.profile import Profile, Scenario
 from harness.progress import progress
 from harness.provenance import device_facts, golden_key
 from harness.records import ScenarioRecord, array_sha256
+from harness.runners.oracle import OracleRunner
 from harness.timing import clock, oracle_phase
 
 
@@ -64,7 +68,7 @@ def portable_environment(environment: dict[str, Any]) -> dict[str, Any]:
 def oracle_spec(profile: Profile, scenario: Scenario) -> dict[str, Any]:
     """What the oracle is asked to run: an in-tree composition (the Whisper fast path) is
     judged against the oracle's reference path, so the oracle never sees it."""
-    spec = runnable_spec(profile.scenario_spec(scenario))
+    spec = runnable_spec(profile.planned(scenario).spec_dict())
     if profile.intree_composition(scenario):
         spec = {k: v for k, v in spec.items() if k != "composition"}
     return spec
@@ -88,8 +92,25 @@ def overlap_enabled(requested: bool) -> bool:
     return (os.cpu_count() or 1) >= 2 or device_facts().backend != "cpu"
 
 
+@dataclass
 class GoldenLifecycle:
-    overlap_generation = False  # see overlap_enabled
+    artifacts: ArtifactKeeper
+    oracle_runner: Callable[[str], OracleRunner]  # the session's (tests replace it)
+    prefetch_intree: Callable[[Profile, Callable[[], bool]], None]  # in-tree work beside generation
+    selected_scenarios: dict[str, set[str]]  # per profile, what the run selected (absent: all)
+    overlap_generation: Callable[[], bool] = lambda: False  # see overlap_enabled
+    _goldens: dict[str, dict[str, Golden]] = field(default_factory=dict)
+    # A profile whose goldens could not be had fails every later check with the same error,
+    # rather than running the oracle again for each one.
+    _golden_errors: dict[str, HarnessError] = field(default_factory=dict)
+    _scenario_errors: dict[tuple[str, str], HarnessError] = field(default_factory=dict)
+    _full_goldens: dict[tuple[str, str], ScenarioRecord] = field(default_factory=dict)
+    _full_golden_errors: dict[tuple[str, str], HarnessError] = field(default_factory=dict)
+
+    def release(self, name: str) -> None:
+        """Drop a profile's full vectors (the session releases its model at the same time)."""
+        for key in [k for k in self._full_goldens if k[0] == name]:
+            del self._full_goldens[key]
 
     def store(self, oracle: str) -> GoldenStore:
         """Where `oracle`'s goldens for this machine live: its family's golden key names the folder."""
@@ -100,7 +121,7 @@ class GoldenLifecycle:
 
         Tier and oracle are the scenario's: an L1 golden can never be read as an L2 one.
         """
-        oracle = profile.oracle_of(scenario)
+        oracle = profile.planned(scenario).oracle
         oracle_facts = {
             "name": oracle,
             "pins_hash": oracle_pins_hash(oracle),
@@ -111,13 +132,13 @@ class GoldenLifecycle:
             oracle_facts["common_sha256"] = common
         out = {
             "harness_version": HARNESS_VERSION,
-            "tier": profile.tier_of(scenario),
+            "tier": profile.planned(scenario).tier,
             "oracle": oracle_facts,
             "device": golden_key(oracle).as_dict(),
-            "artifact": self.artifact(profile).provenance(),
-            "scenario_hash": profile.scenario_hash(scenario),
+            "artifact": self.artifacts.artifact(profile).provenance(),
+            "scenario_hash": profile.planned(scenario).spec_sha256,
         }
-        draft = requantized_provenance(profile.scenario_spec(scenario))
+        draft = requantized_provenance(profile.planned(scenario).spec)
         if draft is not None:  # a draft built here from the target: its weights as built
             out["draft"] = draft
         return out
@@ -147,9 +168,9 @@ class GoldenLifecycle:
         with FileLock(str(lock)):  # xdist workers: one generates, the others wait and read
             todo: list[Scenario] = []
             expected_blobs: dict[str, dict[str, Any]] = {}
-            for scenario in self._scenarios_in_scope(profile):
+            for scenario in self.scenarios_in_scope(profile):
                 try:  # a torch oracle's key needs its venv: if that cannot be built, only its scenarios fail
-                    store = self.store(profile.oracle_of(scenario))
+                    store = self.store(profile.planned(scenario).oracle)
                 except HarnessError as e:
                     self._scenario_errors[(profile.name, scenario.id)] = e
                     continue
@@ -165,21 +186,21 @@ class GoldenLifecycle:
                     manifest = store.read_manifest(profile.name, scenario.id) or {}
                     expected_blobs[scenario.id] = manifest.get("blobs", {})
                     todo.append(scenario)
-            oracles = sorted({profile.oracle_of(s) for s in todo})
+            oracles = sorted({profile.planned(s).oracle for s in todo})
             if todo:  # goldens are made only from an artifact whose every file was read again
-                self.verify_artifact(profile, "before its goldens are generated")
+                self.artifacts.verify(profile, "before its goldens are generated")
 
             def generate() -> None:
                 for oracle in oracles:  # one generator run per oracle
-                    self._generate(profile, [s for s in todo if profile.oracle_of(s) == oracle], expected_blobs)
+                    self._generate(profile, [s for s in todo if profile.planned(s).oracle == oracle], expected_blobs)
 
-            if todo and overlap_enabled(self.overlap_generation):
+            if todo and overlap_enabled(self.overlap_generation()):
                 self._generate_beside_intree(profile, generate, oracles)
             elif todo:
                 generate()
             goldens = {
-                s.id: self.store(profile.oracle_of(s)).load(profile.name, s.id)
-                for s in self._scenarios_in_scope(profile)
+                s.id: self.store(profile.planned(s).oracle).load(profile.name, s.id)
+                for s in self.scenarios_in_scope(profile)
                 if (profile.name, s.id) not in self._scenario_errors
             }
         for golden in goldens.values():
@@ -219,41 +240,7 @@ class GoldenLifecycle:
                 clock.add_beside(name, (finished[0] if finished else time.perf_counter()) - started)
             future.result()  # the generator's error, as a serial run raises it
 
-    def prefetch_intree(self, profile: Profile, done: Callable[[], bool]) -> None:
-        """Work the in-tree side can do before any golden exists (the session runs free runs)."""
-
-    def verify_artifact(self, profile: Profile, why: str) -> None:
-        """Every file of the profile's artifact read and hashed against its integrity record,
-        once per session (harness/artifacts/resolve.py `verify_in_full`). A corrupt made-here
-        artifact (a twin, a conversion) is made again, and every in-tree run made on it is
-        dropped (counted in `_artifact_rebuilds`). A corrupt hub snapshot cannot be mended here:
-        ArtifactError naming the files, for this and every later check of the profile."""
-        if profile.name in self._verified_in_full:
-            return
-        artifact = self.artifact(profile)
-        with clock.phase("artifact"), progress.task(f"{profile.name}: hashing the artifact's files in full"):
-            problems = verify_in_full(profile, artifact)
-        if problems and made_here(artifact):
-            progress.say(
-                f"{profile.name}: artifact {artifact.model_dir} does not match its record {why} "
-                f"({'; '.join(problems[:3])}): making it again"
-            )
-            self.release(profile.name)
-            self._artifacts.pop(profile.name, None)
-            self._artifact_rebuilds[profile.name] = self._artifact_rebuilds.get(profile.name, 0) + 1
-            self.artifact(profile)  # the cheap check now sees what the full read saw: rebuilt
-        elif problems:
-            self._artifact_errors[profile.name] = ArtifactError(
-                f"{profile.name}: artifact {artifact.model_dir} is corrupt, found {why}: {'; '.join(problems[:3])}; "
-                "nothing is compared on it and no golden is made from it"
-            )
-            raise self._artifact_errors[profile.name]
-        self._verified_in_full.add(profile.name)
-
-    def release(self, name: str) -> None:
-        """Drop what a profile's in-tree side holds (the session's runner and records)."""
-
-    def _scenarios_in_scope(self, profile: Profile) -> list[Scenario]:
+    def scenarios_in_scope(self, profile: Profile) -> list[Scenario]:
         """This backend's scenarios, narrowed to what the pytest run selected. Without a
         selection (a session used directly: tests, mutants, bench), nightly-tagged scenarios
         are left out; `make goldens` selects every scenario."""
@@ -263,8 +250,8 @@ class GoldenLifecycle:
         return [s for s in active if s.id in self.selected_scenarios[profile.name]]
 
     def _generate(self, profile: Profile, scenarios: list[Scenario], expected_blobs: dict[str, Any]) -> None:
-        artifact = self.artifact(profile)
-        oracle = profile.oracle_of(scenarios[0])
+        artifact = self.artifacts.artifact(profile)
+        oracle = profile.planned(scenarios[0]).oracle
         specs = [oracle_spec(profile, s) for s in scenarios]
         with clock.phase(oracle_phase(oracle)):  # one generator process
             environment, records, errors = self.oracle_runner(oracle).run(artifact.model_dir, specs)
@@ -278,11 +265,11 @@ class GoldenLifecycle:
             record = records[scenario.id]
             record.validate(f"oracle record {profile.name}/{scenario.id}", profile.expected_rows(scenario))
             extra = {
-                "tier": profile.tier_of(scenario),
+                "tier": profile.planned(scenario).tier,
                 "oracle": oracle,
                 "oracle_environment": portable_environment(environment),
                 "harness_commit": harness_commit(),
-                "scenario_spec": profile.scenario_spec(scenario),
+                "scenario_spec": profile.planned(scenario).spec_dict(),
                 "recorded_on": device_facts().recorded_on(),
             }
             self.store(oracle).write(
@@ -345,20 +332,20 @@ class GoldenLifecycle:
     def _fetch_full_golden(self, profile: Profile, scenario: Scenario) -> ScenarioRecord:
         golden = self.golden(profile, scenario).record
         compact = golden.compact
-        store = self.store(profile.oracle_of(scenario))
+        store = self.store(profile.planned(scenario).oracle)
         logits = store.full_logits(compact)
         arrays = dict(golden.arrays)
         missing = {name: digest for name, digest in golden.array_digests.items() if name not in arrays}
         if missing:
             arrays |= store.full_arrays(missing) or {}
         if logits is None or set(arrays) != set(golden.array_digests):
-            self.verify_artifact(profile, "before the oracle regenerates full vectors")
+            self.artifacts.verify(profile, "before the oracle regenerates full vectors")
             with (
-                clock.phase(oracle_phase(profile.oracle_of(scenario))),
+                clock.phase(oracle_phase(profile.planned(scenario).oracle)),
                 progress.task(f"{profile.name}/{scenario.id}: regenerating the oracle's full vectors"),
             ):
-                environment, records, errors = self.oracle_runner(profile.oracle_of(scenario)).run(
-                    self.artifact(profile).model_dir, [oracle_spec(profile, scenario)]
+                environment, records, errors = self.oracle_runner(profile.planned(scenario).oracle).run(
+                    self.artifacts.artifact(profile).model_dir, [oracle_spec(profile, scenario)]
                 )
             if scenario.id in errors:
                 raise OracleError(f"{profile.name}/{scenario.id}: the oracle cannot regenerate: {errors[scenario.id]}")
@@ -383,6 +370,6 @@ class GoldenLifecycle:
 
     def calibration(self, profile: Profile, scenario: Scenario, golden: ScenarioRecord) -> CalibrationRecord:
         """The scenario's calibration record on this golden key, verified against `golden`."""
-        store = self.store(profile.oracle_of(scenario))
+        store = self.store(profile.planned(scenario).oracle)
         path = store.calibration_path(profile.name, scenario.id)
         return read_record(path, profile.name, scenario.id, store.device_key, golden_identity(golden))

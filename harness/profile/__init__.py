@@ -3,11 +3,8 @@ harness.profile.load validates the YAML into them."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from harness.checks import registry
@@ -16,6 +13,7 @@ from harness.oracle.descriptor import COMPOSED_ORACLE, ORACLES
 from harness.paths import REPO_ROOT
 from harness.profile.bounds import _check_budget, _check_counts, _check_message
 from harness.profile.draft import draft_spec
+from harness.profile.plan import PlannedScenario, file_sha256, plan
 from harness.profile.quality import KV_GROUP_SIZES, QualitySpec
 from harness.profile.response import ResponseSpec
 
@@ -285,6 +283,7 @@ class Profile:
     quality: QualitySpec | None = None  # pairs measured apart from parity (harness/profile/quality.py)
     nightly: bool = True  # false: `make nightly` (the nightly CPU matrix) leaves it out; say why beside it
     source_file: str = ""
+    _plans: dict[str, PlannedScenario] = field(default_factory=dict, compare=False, repr=False)
 
     def scenario(self, scenario_id: str) -> Scenario:
         for s in self.scenarios:
@@ -333,7 +332,19 @@ class Profile:
         segments = len(s.turns) if s.turns is not None else len(s.batch) if s.batch is not None else 1
         return (self.steps(s) + 1) * segments
 
+    def planned(self, s: Scenario) -> PlannedScenario:
+        """The scenario planned once (harness/profile/plan.py): spec, hash, oracle, tier, checks."""
+        if s.id not in self._plans:
+            self._plans[s.id] = plan(self, s, self._spec(s))
+        return self._plans[s.id]
+
     def scenario_spec(self, s: Scenario) -> dict[str, Any]:
+        return self.planned(s).spec_dict()
+
+    def scenario_hash(self, s: Scenario) -> str:
+        return self.planned(s).spec_sha256
+
+    def _spec(self, s: Scenario) -> dict[str, Any]:
         """What both sides are asked to compute: the file-format spec of one scenario.
 
         Keys a scenario does not use are left out, so adding a field never changes the hash
@@ -346,7 +357,7 @@ class Profile:
                 "id": s.id,
                 "kind": "transcribe",
                 "audio": s.audio,
-                "audio_sha256": _file_sha256(REPO_ROOT / s.audio) if s.audio else None,
+                "audio_sha256": file_sha256(REPO_ROOT / s.audio) if s.audio else None,
                 "options": self.defaults.options | s.options,
                 "seed": s.seed if s.seed is not None else 0,
             } | (  # the budget judges the result, it does not change what is computed: not hashed
@@ -379,14 +390,3 @@ class Profile:
             spec["composition"] = s.composition
         spec |= {"draft": draft_spec(s.draft, self.artifact)} if s.draft is not None else {}
         return spec
-
-    def scenario_hash(self, s: Scenario) -> str:
-        blob = json.dumps(self.scenario_spec(s), sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()
-
-
-def _file_sha256(path: Path) -> str:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError as e:
-        raise ProfileError(f"audio file {path}: cannot read it: {e}") from None

@@ -126,7 +126,7 @@ def _build(cls: type, data: Any, where: str) -> Any:
         if not isinstance(k, str):
             raise _key_error(k, where)
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "source_file"}
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "source_file" and not f.name.startswith("_")}
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise ProfileError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(fields)}")
