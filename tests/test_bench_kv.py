@@ -28,7 +28,8 @@ from harness.tools.bench_kv_configs import (
 )
 from harness.tools.bench_kv_report import plot_png, table
 from harness.tools.bench_kv_worker import cache_bytes
-from models.universal.cache import KVCache, QuantizedKVCache
+from models.universal.cache import KVCache
+from models.universal.quantized_cache import QuantizedKVCache
 
 # The minicpm5-2b-mini twin's attention: 4 layers, 2 KV heads of 64, float32 activations.
 LAYERS, KV_HEADS, HEAD_DIM = 4, 2, 64

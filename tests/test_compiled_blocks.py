@@ -9,7 +9,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-import models.universal.compiled as compiled
+import models.universal.compiled_step as compiled_step
 from harness.session import ParitySession
 from models.universal import UniversalLlama, greedy_steps, load_model
 from models.universal.compiled import DecodeReport, compiled_greedy_steps
@@ -31,7 +31,7 @@ def mini(session: ParitySession) -> UniversalLlama:
 
 @pytest.fixture
 def fresh_traces(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(compiled, "_decoders", {})
+    monkeypatch.setattr(compiled_step, "_decoders", {})
 
 
 def differing_steps(expected: list[Any], actual: list[Any]) -> list[int]:
@@ -80,8 +80,8 @@ def test_blocks_equal_eager_in_bfloat16(session: ParitySession) -> None:
 def test_rope_offset_off_by_one_in_the_blocks_trace_is_caught(
     mini: UniversalLlama, monkeypatch: pytest.MonkeyPatch, fresh_traces: None
 ) -> None:
-    rope = compiled.apply_rope
-    monkeypatch.setattr(compiled, "apply_rope", lambda layer, q, k, offset: rope(layer, q, k, offset + 1))
+    rope = compiled_step.apply_rope
+    monkeypatch.setattr(compiled_step, "apply_rope", lambda layer, q, k, offset: rope(layer, q, k, offset + 1))
     prompt = LONG_PROMPT[:12]
     assert differing_steps(list(greedy_steps(mini, prompt, 3)), blocks(mini, prompt, 3)) == [0, 1, 2]
 

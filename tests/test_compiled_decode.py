@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import models.universal.compiled as compiled
+import models.universal.compiled_step as compiled_step
 from harness.session import ParitySession
 from harness.tools.bench_compiled import gate
 from models.universal import UniversalLlama, greedy_steps, load_model
@@ -134,14 +135,14 @@ def test_bad_arguments_are_refused_like_greedy_steps(mini: UniversalLlama) -> No
 @pytest.fixture
 def fresh_traces(monkeypatch: pytest.MonkeyPatch) -> None:
     """Perturbed traces go into an empty decoder table, dropped afterwards."""
-    monkeypatch.setattr(compiled, "_decoders", {})
+    monkeypatch.setattr(compiled_step, "_decoders", {})
 
 
 def test_rope_offset_off_by_one_in_the_trace_is_caught(
     session: ParitySession, mini: UniversalLlama, monkeypatch: pytest.MonkeyPatch, fresh_traces: None
 ) -> None:
-    rope = compiled.apply_rope
-    monkeypatch.setattr(compiled, "apply_rope", lambda layer, q, k, offset: rope(layer, q, k, offset + 1))
+    rope = compiled_step.apply_rope
+    monkeypatch.setattr(compiled_step, "apply_rope", lambda layer, q, k, offset: rope(layer, q, k, offset + 1))
     prompt = LONG_PROMPT[:12]
     assert differing_steps(list(greedy_steps(mini, prompt, 3)), list(compiled_greedy_steps(mini, prompt, 3))) == [
         0,
@@ -168,7 +169,7 @@ def test_imprecise_attention_softmax_is_caught_in_bfloat16(
         weights = mx.softmax(scores, axis=-1, precise=False)
         return (weights @ mx.expand_dims(values, 2)).reshape(batch, n_heads, length, dim)
 
-    monkeypatch.setattr(compiled, "attend", imprecise)
+    monkeypatch.setattr(compiled_step, "attend", imprecise)
     prompt = LONG_PROMPT[:20]
     eager = list(greedy_steps(mini_bf16, prompt, 3))
     assert differing_steps(eager, list(compiled_greedy_steps(mini_bf16, prompt, 3))) != []
@@ -189,9 +190,9 @@ def test_compiled_decode_check_fails_through_the_session_on_a_perturbed_trace(
     profile, scenario = _think_default(session)
     assert session.run_check(profile, scenario, "compiled_decode").passed
     session = ParitySession()
-    rope = compiled.apply_rope
-    monkeypatch.setattr(compiled, "_decoders", {})
-    monkeypatch.setattr(compiled, "apply_rope", lambda layer, q, k, offset: rope(layer, q, k, offset + 1))
+    rope = compiled_step.apply_rope
+    monkeypatch.setattr(compiled_step, "_decoders", {})
+    monkeypatch.setattr(compiled_step, "apply_rope", lambda layer, q, k, offset: rope(layer, q, k, offset + 1))
     result = session.run_check(profile, scenario, "compiled_decode")
     assert not result.passed and result.first_bad_step is not None, result.summary
 

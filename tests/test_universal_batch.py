@@ -30,7 +30,7 @@ from models.universal import (
     greedy_steps,
     load_model,
 )
-from models.universal.cache import create_causal_mask
+from models.universal.masks import create_causal_mask
 
 N = 5
 TURN_1 = [

@@ -19,14 +19,12 @@ from tokenizers import Tokenizer, pre_tokenizers
 from tokenizers.models import WordLevel
 
 from models.universal import ChatTokenizer, KVCache, LlamaConfig, UniversalLlama, greedy_steps
-from models.universal.cache import (
-    QuantizedKVCache,
-    RotatingKVCache,
-    create_causal_mask,
-    maybe_quantize_kv_cache,
-)
 from models.universal.generate import DEFAULT_QUANTIZED_KV_START
+from models.universal.masks import create_causal_mask
 from models.universal.model import quantized_scaled_dot_product_attention
+from models.universal.prompt_cache import maybe_quantize_kv_cache
+from models.universal.quantized_cache import QuantizedKVCache
+from models.universal.rotating_cache import RotatingKVCache
 from tests.oracle_call import oracle_answer
 
 VOCAB = 64

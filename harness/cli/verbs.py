@@ -159,7 +159,7 @@ def _bench_whisper(p: argparse.ArgumentParser) -> None:
 def _bench_worker(p: argparse.ArgumentParser) -> None:
     options.worker(p, "JSON with prompt_ids and steps")
     p.add_argument("--side", required=True, help="eager or compiled")
-    p.add_argument("--variant", default="auto", help="compiled form (models.universal.compiled.VARIANTS)")
+    p.add_argument("--variant", default="auto", help="compiled form (models.universal.compiled_step.VARIANTS)")
 
 
 def _bench_kv_worker(p: argparse.ArgumentParser) -> None:

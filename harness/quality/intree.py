@@ -48,7 +48,8 @@ def token_metrics(control: mx.array, candidate: mx.array, targets: mx.array) -> 
 
 def candidate_caches(kv: dict[str, Any] | None) -> CacheFactory:
     """The in-tree caches of a KV setting (its `spec()`), built and converted as the oracle's."""
-    from models.universal.cache import RotatingKVCache, maybe_quantize_kv_cache
+    from models.universal.prompt_cache import maybe_quantize_kv_cache
+    from models.universal.rotating_cache import RotatingKVCache
 
     if kv is None:
         return (lambda model: model.make_cache()), (lambda cache: None)

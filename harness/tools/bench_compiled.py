@@ -203,7 +203,7 @@ def gate(session: Any, profile: Profile, variant: str, scenario_ids: list[str] |
 
 def run(args: argparse.Namespace) -> int:
     from harness.session import ParitySession
-    from models.universal.compiled import VARIANTS
+    from models.universal.compiled_step import VARIANTS
 
     if args.variant not in VARIANTS:
         raise UsageError(f"--variant: expected one of {VARIANTS}, got {args.variant!r}")

@@ -22,7 +22,7 @@ from harness.errors import HarnessError
 
 GROUP_SIZE = 64
 ROTATING_WINDOW = 1024  # max_kv_size of the rotating configurations
-ROTATING_KEEP = 4  # mlx-lm's make_prompt_cache keeps 4 (models.universal.cache.ROTATING_KEEP)
+ROTATING_KEEP = 4  # mlx-lm's make_prompt_cache keeps 4 (models.universal.rotating_cache.ROTATING_KEEP)
 # The mixed-precision layout: first and last layer 8-bit, the ones between 4-bit (layers are
 # named by index from the end too, so the same config fits any depth of at least 2).
 MIXED_BITS_ENDS, MIXED_BITS_MIDDLE = 8, 4

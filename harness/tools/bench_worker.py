@@ -23,7 +23,8 @@ from typing import Any
 
 def steps_function(side: str, variant: str) -> tuple[Callable[..., Iterator[Any]], Any]:
     from models.universal import greedy_steps
-    from models.universal.compiled import VARIANTS, DecodeReport, compiled_greedy_steps
+    from models.universal.compiled import DecodeReport, compiled_greedy_steps
+    from models.universal.compiled_step import VARIANTS
 
     if side == "eager":
         return greedy_steps, None

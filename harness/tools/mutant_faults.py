@@ -171,12 +171,14 @@ def whisper_decoder_ulp(model: Any) -> None:
 
 def compiled_rope_offset() -> contextlib.AbstractContextManager[None]:
     """A fault in the compiled decode trace only: RoPE one position ahead (the eager loop is right)."""
-    import models.universal.compiled as compiled
+    import models.universal.compiled_step as compiled_step
 
-    rope = compiled.apply_rope
+    rope = compiled_step.apply_rope
     stack = contextlib.ExitStack()
-    stack.enter_context(_setattr(compiled, "_decoders", {}))  # traced afresh, dropped afterwards
-    stack.enter_context(_setattr(compiled, "apply_rope", lambda layer, q, k, offset: rope(layer, q, k, offset + 1)))
+    stack.enter_context(_setattr(compiled_step, "_decoders", {}))  # traced afresh, dropped afterwards
+    stack.enter_context(
+        _setattr(compiled_step, "apply_rope", lambda layer, q, k, offset: rope(layer, q, k, offset + 1))
+    )
     return stack
 
 
@@ -337,11 +339,11 @@ def draft_rewind_ignores_accepted() -> contextlib.AbstractContextManager[None]:
 
 
 def rotating_trim_off_by_one() -> contextlib.AbstractContextManager[None]:
-    """The rotating cache's multi-token write into a full ring (models/universal/cache.py,
+    """The rotating cache's multi-token write into a full ring (models/universal/rotating_cache.py,
     RotatingKVCache._update_concat) drops one old position too few. Only a prefill chunk of
     several tokens arriving when the ring is full takes that path (issue 31: rotating-kv's
     one-chunk prefill never does; rotating-kv-chunked does)."""
-    from models.universal.cache import RotatingKVCache
+    from models.universal.rotating_cache import RotatingKVCache
 
     def update_concat(self: Any, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         if self.keys is None:

@@ -10,12 +10,14 @@ jinja2 and the stdlib.
 """
 
 from models.universal.batch import batch_greedy_steps
-from models.universal.cache import BatchKVCache, KVCache, QuantizedKVCache, RotatingKVCache
+from models.universal.cache import BatchKVCache, KVCache
 from models.universal.config import LlamaConfig, QuantizationConfig, QuantSpec
 from models.universal.errors import ConfigError, TokenizerError, WeightLoadError
 from models.universal.generate import Step, chat_turn_steps, greedy_steps
 from models.universal.loader import load_model
 from models.universal.model import UniversalLlama
+from models.universal.quantized_cache import QuantizedKVCache
+from models.universal.rotating_cache import RotatingKVCache
 from models.universal.tokenizer import ChatTokenizer
 
 __all__ = [

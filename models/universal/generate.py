@@ -32,8 +32,10 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from models.universal.cache import KV_BITS, KV_GROUP_SIZES, ROTATING_KEEP, Cache, maybe_quantize_kv_cache
 from models.universal.model import UniversalLlama
+from models.universal.prompt_cache import Cache, maybe_quantize_kv_cache
+from models.universal.quantized_cache import KV_BITS, KV_GROUP_SIZES
+from models.universal.rotating_cache import ROTATING_KEEP
 
 # mlx-lm's DEFAULT_QUANTIZED_KV_START: generate_step's default for quantized_kv_start.
 DEFAULT_QUANTIZED_KV_START = 5000

@@ -12,9 +12,12 @@ from functools import partial
 import mlx.core as mx
 import mlx.nn as nn
 
-from models.universal.cache import ROTATING_KEEP, Cache, KVCache, QuantizedArrays, RotatingKVCache
+from models.universal.cache import KVCache
 from models.universal.config import LlamaConfig
+from models.universal.prompt_cache import Cache
+from models.universal.quantized_cache import QuantizedArrays
 from models.universal.rope import make_rope
+from models.universal.rotating_cache import ROTATING_KEEP, RotatingKVCache
 
 
 @partial(mx.compile, shapeless=True)
@@ -95,7 +98,7 @@ class Attention(nn.Module):
         if hasattr(cache, "bits"):
             # mlx-lm dispatches on the same attribute: a QuantizedKVCache. A composed (L2)
             # cache may carry its own kernel over its quantized storage; the caches of
-            # models.universal.cache do not, so L1 always runs the stock one.
+            # models.universal.quantized_cache do not, so L1 always runs the stock one.
             attend = getattr(cache, "quantized_attention", quantized_scaled_dot_product_attention)
             out = attend(queries, keys, values, self.scale, mask, group_size=cache.group_size, bits=cache.bits)
         else:

@@ -22,8 +22,10 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from models.universal.cache import KVCache, QuantizedArrays, QuantizedKVCache, RotatingKVCache
+from models.universal.cache import KVCache
 from models.universal.composed.fused_sdpa import fused_quantized_attention
+from models.universal.quantized_cache import QuantizedArrays, QuantizedKVCache
+from models.universal.rotating_cache import RotatingKVCache
 
 
 class FusedQuantizedKVCache(QuantizedKVCache):

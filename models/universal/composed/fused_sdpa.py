@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from models.universal.cache import QuantizedArrays
 from models.universal.model import quantized_scaled_dot_product_attention
+from models.universal.quantized_cache import QuantizedArrays
 
 FUSED_DTYPES = (mx.float16, mx.bfloat16)
 FUSED_BITS = (4, 8)

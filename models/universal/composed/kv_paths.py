@@ -24,12 +24,13 @@ from typing import Any
 
 import mlx.core as mx
 
-from models.universal.cache import KVCache, RotatingKVCache
+from models.universal.cache import KVCache
 from models.universal.composed.caches import QUANTIZED, RotatingQuantizedKVCache, cache_digest, quantize_layer
 from models.universal.composed.spec import Composition, FusedSDPA, MixedKV, RotatingQuantizedKV, StreamingKV
 from models.universal.composed.steps import ComposedStep, force_row, generation_stream
 from models.universal.generate import prefill_prompt
 from models.universal.model import UniversalLlama
+from models.universal.rotating_cache import RotatingKVCache
 
 Convert = Callable[[list[Any]], None]
 

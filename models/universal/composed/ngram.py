@@ -33,12 +33,13 @@ from typing import Any
 
 import mlx.core as mx
 
-from models.universal.cache import KVCache, maybe_quantize_kv_cache
+from models.universal.cache import KVCache
 from models.universal.composed.caches import cache_digest, trim
 from models.universal.composed.spec import NgramDraft
 from models.universal.composed.steps import ComposedStep, force_row, generation_stream
 from models.universal.generate import prefill_prompt
 from models.universal.model import UniversalLlama
+from models.universal.prompt_cache import maybe_quantize_kv_cache
 
 
 class NgramIndex:

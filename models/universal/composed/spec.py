@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from models.universal.cache import KV_BITS, KV_GROUP_SIZES
+from models.universal.quantized_cache import KV_BITS, KV_GROUP_SIZES
 
 # mlx-lm's generate_step default; optiq's ngram_generate_step defaults to 0 instead.
 MLX_LM_QUANTIZED_KV_START = 5000
