@@ -25,13 +25,10 @@ import numpy as np
 import pytest
 
 from models.whisper import decoding, tokenizer
-from models.whisper.decoding import (
-    BeamSearchDecoder,
-    DecodeObserver,
-    DecodingOptions,
-    Inference,
-    reorder_self_attention_cache,
-)
+from models.whisper.decoding_types import DecodingOptions
+from models.whisper.hooks import DecodeObserver
+from models.whisper.inference import Inference, reorder_self_attention_cache
+from models.whisper.token_decoders import BeamSearchDecoder
 
 TEXT = (65, 66, 67, 68)  # A B C D
 
@@ -306,8 +303,8 @@ def fox_oracle(tmp_path_factory) -> dict:
 
 
 def intree_fox(model_dir: Path) -> dict:
+    from harness.runners.whisper_record import transcribe_record
     from models.whisper.load import load_model
-    from models.whisper.run import transcribe_record
 
     model = load_model(model_dir, dtype=mx.float32)
     return transcribe_record(model, model_dir, FOX, OPTIONS | {"seed": 0})

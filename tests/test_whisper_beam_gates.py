@@ -4,7 +4,7 @@ openai-whisper golden of whisper-tiny-en/fox-beam5 (compact: decided by its toke
 oracle's full vectors, which explain a differing token, come from the cache or are regenerated
 by the openai-whisper venv).
 
-Each fault is one plausible beam-search bug in models/whisper/decoding.py, injected by a
+Each fault is one plausible beam-search bug in models/whisper (token_decoders.py, inference.py), injected by a
 monkeypatch as `make mutants` injects its faults (harness/tools/mutant_faults.py). The
 unperturbed implementation passes both checks on this golden (`make parity`, and
 tests/test_whisper_beam.py's end-to-end comparison with the oracle run here).
@@ -17,7 +17,7 @@ import pytest
 from harness.checks.compare import CheckResult
 from harness.records import ScenarioRecord
 from harness.session import ParitySession
-from models.whisper import decoding
+from models.whisper import inference, token_decoders
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("whisper-tiny-en")]
 
@@ -41,12 +41,12 @@ def test_a_beam_ranking_that_picks_the_worst_finished_sequence_fails_both_token_
     for the argmax): the search itself is untouched, every beam row at every step is the
     oracle's, yet the decode call returns another finished sequence, and the transcript
     (its last timestamp) differs."""
-    rank = decoding.MaximumLikelihoodRanker.rank
+    rank = token_decoders.MaximumLikelihoodRanker.rank
 
-    def worst_first(self: decoding.MaximumLikelihoodRanker, tokens: list, sum_logprobs: list) -> list[int]:
+    def worst_first(self: token_decoders.MaximumLikelihoodRanker, tokens: list, sum_logprobs: list) -> list[int]:
         return rank(self, tokens, [[-lp for lp in group] for group in sum_logprobs])  # score -> -score
 
-    monkeypatch.setattr(decoding.MaximumLikelihoodRanker, "rank", worst_first)
+    monkeypatch.setattr(token_decoders.MaximumLikelihoodRanker, "rank", worst_first)
     results, golden, free = judge()
     assert free.tokens == golden.tokens  # the beam rows: the fault is in the ranking alone
     tokens, transcript = results["decode_tokens"], results["transcript_text"]
@@ -63,7 +63,7 @@ def test_beam_rows_whose_cache_is_not_reordered_fail_decode_tokens_at_the_first_
     another row's history. The first row token that differs fails `decode_tokens` mid-run (a
     wrong token, not a shorter run); the transcript survives on this clip (the beams converge
     on the same text), so only the row-by-row comparison catches this fault here."""
-    monkeypatch.setattr(decoding.Inference, "reorder", lambda self, rows: None)
+    monkeypatch.setattr(inference.Inference, "reorder", lambda self, rows: None)
     results, golden, free = judge()
     tokens = results["decode_tokens"]
     assert not tokens.passed, tokens.summary

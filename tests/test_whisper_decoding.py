@@ -17,28 +17,17 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from harness.runners.whisper_record import TranscriptionRecorder, fallback_reasons
 from models.whisper import decoding, tokenizer
-from models.whisper.decoding import (
-    ApplyTimestampRules,
-    DecodeObserver,
-    DecodingOptions,
-    DecodingResult,
-    DecodingTask,
-    GreedyDecoder,
-    MaximumLikelihoodRanker,
-    SuppressBlank,
-    SuppressTokens,
-    compression_ratio,
-)
-from models.whisper.run import TranscriptionRecorder, fallback_reasons
-from models.whisper.transcribe import (
-    ForcedCall,
-    needs_fallback,
-    parse_clip_timestamps,
-    should_skip,
-    split_segments,
-    transcribe,
-)
+from models.whisper.decoding import DecodingTask
+from models.whisper.decoding_types import DecodingOptions, DecodingResult, compression_ratio
+from models.whisper.fallback import needs_fallback, should_skip
+from models.whisper.hooks import DecodeObserver, ForcedCall
+from models.whisper.logit_filters import ApplyTimestampRules, SuppressBlank, SuppressTokens
+from models.whisper.seek_loop import parse_clip_timestamps
+from models.whisper.segments import split_segments
+from models.whisper.token_decoders import GreedyDecoder, MaximumLikelihoodRanker
+from models.whisper.transcribe import transcribe
 from tests.oracle_call import oracle_answer
 
 NEG_INF = -math.inf

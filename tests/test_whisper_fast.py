@@ -18,11 +18,15 @@ from harness.checks.compare import raw_bits
 from harness.checks.token_budget import check_token_budget, measure, token_differences
 from harness.goldens.calibration import CalibrationRecord, golden_identity
 from harness.records import ScenarioRecord
-from models.whisper import fast as fast_module
+from harness.runners.whisper_record import fast_transcribe_record
+from models.whisper import fast_model
 from models.whisper.audio import N_FRAMES, log_mel_spectrogram, pad_or_trim
-from models.whisper.decoding import DecodeObserver, DecodingOptions, DecodingTask, decode
-from models.whisper.fast import FastWhisper, fast_decode, fast_transcribe_record
+from models.whisper.decoding import DecodingTask, decode
+from models.whisper.decoding_types import DecodingOptions
+from models.whisper.fast import fast_decode
 from models.whisper.fast_filters import FastFilters, FilterState
+from models.whisper.fast_model import FastWhisper
+from models.whisper.hooks import DecodeObserver
 from models.whisper.model import ModelDimensions, Whisper
 from models.whisper.tokenizer import load_encoding
 
@@ -201,7 +205,7 @@ def _records(fox_case, fast: FastWhisper, max_steps: int | None = None) -> tuple
 
 @pytest.fixture(scope="module")
 def fox_fast_records(fox_case):
-    return _records(fox_case, fast_module.as_fast(fox_case[3]))
+    return _records(fox_case, fast_model.as_fast(fox_case[3]))
 
 
 def test_the_gate_passes_the_real_fast_path_on_fox(fox_case, fox_fast_records) -> None:
@@ -227,7 +231,7 @@ def _fresh_fast(fox_case, share_encoder: bool) -> FastWhisper:
     fast path's audio features of fox (its encoder is not what the perturbation changes)."""
     fast = FastWhisper(fox_case[3])
     if share_encoder:
-        fast._features_memo = fast_module.as_fast(fox_case[3])._features_memo
+        fast._features_memo = fast_model.as_fast(fox_case[3])._features_memo
     return fast
 
 
@@ -260,11 +264,11 @@ def test_the_gate_fails_an_attention_scale_one_ulp_off(fox_case) -> None:
 def test_the_gate_fails_a_compiled_step_without_its_timestamp_rules(fox_case, monkeypatch) -> None:
     golden, calibration, budget = fox_case[:3]
 
-    class NoTimestampRules(fast_module._Chooser):
+    class NoTimestampRules(fast_model._Chooser):
         def __init__(self, filters, forcing, eot):
             super().__init__(replace(filters, timestamps=None), forcing, eot)
 
-    monkeypatch.setattr(fast_module, "_Chooser", NoTimestampRules)
+    monkeypatch.setattr(fast_model, "_Chooser", NoTimestampRules)
     free, forced = _records(fox_case, _fresh_fast(fox_case, share_encoder=True), max_steps=20)
     result = check_token_budget(golden, free, forced, budget, calibration)
     assert not result.passed

@@ -77,9 +77,9 @@ def test_one_ulp_in_the_decoder_fails_the_logits_gates_only() -> None:
 def test_a_dropped_decoding_rule_fails_the_token_gates_not_the_logits(monkeypatch: pytest.MonkeyPatch) -> None:
     """The timestamp grammar removed: raw logits fed the oracle's tokens stay identical, the
     chosen tokens (and so the transcript) do not."""
-    import models.whisper.decoding as decoding
+    import models.whisper.logit_filters as logit_filters
 
-    monkeypatch.setattr(decoding.ApplyTimestampRules, "apply", lambda self, logits, tokens: logits)
+    monkeypatch.setattr(logit_filters.ApplyTimestampRules, "apply", lambda self, logits, tokens: logits)
     results = judge()
     assert results["teacher_forced_logits"].passed, results["teacher_forced_logits"].summary
     assert not results["greedy_tokens"].passed, results["greedy_tokens"].summary

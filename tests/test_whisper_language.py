@@ -22,9 +22,9 @@ SCENARIO = "fox-detect-language"
 
 
 def test_a_runner_up_language_fails_the_transcript_and_decode_gates(monkeypatch: pytest.MonkeyPatch) -> None:
-    import models.whisper.transcribe as transcribe
+    import models.whisper.seek_loop as seek_loop
 
-    original = transcribe.detect_language
+    original = seek_loop.detect_language
     chosen: list[tuple[str, str]] = []
 
     def runner_up(model, mel, tokenizer):
@@ -34,7 +34,7 @@ def test_a_runner_up_language_fails_the_transcript_and_decode_gates(monkeypatch:
         # The top language's probability zeroed: transcribe's argmax picks the runner-up.
         return tokens, {lang: (0.0 if lang == ranked[0] else p) for lang, p in probs.items()}
 
-    monkeypatch.setattr(transcribe, "detect_language", runner_up)
+    monkeypatch.setattr(seek_loop, "detect_language", runner_up)
     session = ParitySession()
     profile = session.profile(MODEL)
     scenario = profile.scenario(SCENARIO)

@@ -55,9 +55,9 @@ def drifting(model) -> None:
 
 def no_timestamp_rules(monkeypatch: pytest.MonkeyPatch) -> None:
     """A decoding rule dropped: the free run leaves the golden's tokens (its logits stay exact)."""
-    import models.whisper.decoding as decoding
+    import models.whisper.logit_filters as logit_filters
 
-    monkeypatch.setattr(decoding.ApplyTimestampRules, "apply", lambda self, logits, tokens: logits)
+    monkeypatch.setattr(logit_filters.ApplyTimestampRules, "apply", lambda self, logits, tokens: logits)
 
 
 def judge(hook=None, check: str = "teacher_forced_logits"):

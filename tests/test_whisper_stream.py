@@ -20,13 +20,13 @@ import pytest
 
 from harness.checks.streamed import check_streamed, compare_streamed
 from harness.runners.whisper import WhisperRunner
+from harness.runners.whisper_record import transcribe_record
 from models.whisper import stream as stream_module
 from models.whisper.audio import N_FRAMES, load_audio
 from models.whisper.model import ModelDimensions, Whisper
-from models.whisper.run import transcribe_record
+from models.whisper.seek_loop import SeekLoop
 from models.whisper.stream import StreamError, StreamingTranscriber
 from models.whisper.tokenizer import load_encoding
-from models.whisper.transcribe import SeekLoop
 
 MODEL = "whisper-tiny-en"
 AUDIO = Path(__file__).resolve().parent.parent / "fixtures" / "audio"

@@ -224,7 +224,7 @@ def fox_model(model_dir: Path):
 @pytest.mark.slow
 def test_fox_words_equal_mlx_whisper(oracle_fox_words: dict, fox_model, model_dir: Path) -> None:
     """The word gate: the whole transcript, every word's start, end and probability."""
-    from models.whisper.run import transcribe_record
+    from harness.runners.whisper_record import transcribe_record
 
     golden = oracle_fox_words["transcript"]
     assert all(segment.get("words") for segment in golden["segments"]), "the golden has no words"
@@ -236,9 +236,9 @@ def test_fox_words_equal_mlx_whisper(oracle_fox_words: dict, fox_model, model_di
 def window_words(model, model_dir: Path, golden: dict, **alignment_options) -> list[dict]:
     """The words of fox.wav's one window, timed in-tree from the golden's decode tokens."""
     from models.whisper.audio import N_FRAMES, N_SAMPLES, log_mel_spectrogram, pad_or_trim
-    from models.whisper.decoding import DecodingResult
+    from models.whisper.decoding_types import DecodingResult
+    from models.whisper.segments import split_segments
     from models.whisper.tokenizer import get_tokenizer, load_encoding
-    from models.whisper.transcribe import split_segments
 
     (call,) = [c for c in golden["decode_calls"] if c["kept"]]
     encoding = load_encoding(model_dir, model.num_languages, model.dims.n_vocab)

@@ -1,6 +1,6 @@
 """The L2 gate of the Whisper fast path: a calibrated budget and bound, every difference a near-tie.
 
-The fast path (models/whisper/fast.py) computes the oracle's function with other roundings,
+The fast path (models/whisper/fast.py, fast_model.py) computes the oracle's function with other roundings,
 so its logits are not bit-identical and a token can flip where the oracle's choice was a
 near-tie. `check_token_budget` judges three records of one clip against the scenario's
 calibration record (harness/goldens/calibration.py, written by `make calibrate ARGS=--write`):
@@ -10,7 +10,7 @@ calibration record (harness/goldens/calibration.py, written by `make calibrate A
 - `forced`: the fast path teacher-forced on the golden's tokens (the same rows as the
   golden), whose decode calls carry `fast_filters` (the call's logit filters) and
   `fast_picks` (per step and batch member, what the fast path would have appended), as
-  `fast.fast_transcribe_record` writes them.
+  `harness.runners.whisper_record.fast_transcribe_record` writes them.
 
 Its rules, numbered 0-5 as the functions below cite them, are in docs/whisper-fast.md ("The L2
 gate"): the record, the fast path ran, the per-step bound, the budget, near-ties, and where the

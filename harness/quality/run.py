@@ -295,7 +295,8 @@ def speech_oracle_facts(layer: Any) -> dict[str, Any]:
     script = oracles_dir() / oracle / "quality.py"
     layer_file = getattr(layer, "__file__", None)
     layer_sources = sorted(Path(layer_file).parent.glob("whisper*.py")) if layer_file else []
-    sources = [*layer_sources, *sorted((REPO_ROOT / "models" / "whisper").glob("*.py"))]
+    record = REPO_ROOT / "harness" / "runners" / "whisper_record.py"  # the transcriptions' recorder
+    sources = [*layer_sources, record, *sorted((REPO_ROOT / "models" / "whisper").glob("*.py"))]
     return {
         "name": oracle,
         "pins_hash": oracle_pins_hash(oracle),

@@ -4,7 +4,7 @@ logits (harness/quality/whisper_metrics.py), and the two sets are compared bit f
 
 Per fixture: the control's free run, the candidate's free run and the candidate teacher-forced
 on the in-tree control's decode calls (its windows, temperatures, tokens and decisions:
-models/whisper/run.py `forced`). Compared with the oracle's record: every control logits row
+harness/runners/whisper_record.py `forced`). Compared with the oracle's record: every control logits row
 (sha256 of its raw bits), every forced candidate row, the per-step KL (float32 bits), both
 argmax arrays, both transcripts and both token lists. The first difference is named: fixture,
 what, step.
@@ -86,7 +86,7 @@ class InTreePair:
         return decode_fn
 
     def figures(self, audio: Path, options: dict[str, Any]) -> InTreeFigures:
-        from models.whisper.run import transcribe_record
+        from harness.runners.whisper_record import transcribe_record
 
         decode_fn = self._decode_reusing_features()
         control = transcribe_record(self.control, self.control_dir, audio, options, decode_fn=decode_fn)

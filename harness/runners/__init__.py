@@ -1,5 +1,6 @@
 """Runners produce records and never judge: the oracle in its venv (`oracle.py`), the in-tree
-implementations in process (`llama.py`, `whisper.py`, `vad.py`)."""
+implementations in process (`llama.py`, `whisper.py`, `vad.py`; `whisper_record.py` assembles
+the Whisper record from the in-tree Whisper's instrumentation)."""
 
 from __future__ import annotations
 

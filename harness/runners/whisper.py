@@ -51,10 +51,10 @@ class WhisperRunner:
         return self._models[fp16]
 
     def run(self, spec: dict[str, Any], forced: ScenarioRecord | None = None) -> ScenarioRecord:
-        from models.whisper.run import transcribe_record
+        from harness.runners.whisper_record import transcribe_record
 
         if (spec.get("composition") or {}).get("kind") == "whisper-fast":
-            from models.whisper.fast import fast_transcribe_record as transcribe_record  # noqa: F811
+            from harness.runners.whisper_record import fast_transcribe_record as transcribe_record  # noqa: F811
 
         mode = "teacher_forced" if forced is not None else "free"
         with progress.task(f"{self.label}{spec['id']} ({mode}): in-tree transcribe"):
@@ -70,8 +70,8 @@ class WhisperRunner:
     def run_streamed(self, spec: dict[str, Any], chunk_seconds: float) -> ScenarioRecord:
         """The scenario through `models.whisper.stream`, fed `chunk_seconds` of samples at a time
         (the record's `extra["stream"]` says how many windows it decoded before `finish`)."""
+        from harness.runners.whisper_record import streamed_transcribe_record
         from models.whisper.audio import SAMPLE_RATE
-        from models.whisper.run import streamed_transcribe_record
 
         with progress.task(f"{self.label}{spec['id']} (streamed, {chunk_seconds:g} s chunks): in-tree transcribe"):
             out = streamed_transcribe_record(

@@ -15,7 +15,7 @@ defaults otherwise: the temperature ladder and its thresholds).
 Reported per clip and side: best-of (the lowest), median, min..max and IQR of the RTF; per pair
 of sides the per-round speed-up (the other side's seconds over this side's, > 1 is faster), with
 the same figures; and whether every side transcribed the same text (from the warm-ups). `fast` is
-the in-tree fast path (models/whisper/fast.py; its warm-up compiles its encoder and decoder step).
+the in-tree fast path (models/whisper/fast.py, fast_model.py; its warm-up compiles its encoder and decoder step).
 """
 
 from __future__ import annotations

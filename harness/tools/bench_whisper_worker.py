@@ -48,7 +48,8 @@ class InTree:
         self.encoding = load_encoding(model_dir, self.model.num_languages, self.model.dims.n_vocab)
         self.extra: dict[str, Any] = {}
         if path == "fast":
-            from models.whisper.fast import as_fast, fast_decode
+            from models.whisper.fast import fast_decode
+            from models.whisper.fast_model import as_fast
 
             self.model = as_fast(self.model)
             self.extra = {"decode_fn": fast_decode}
@@ -70,7 +71,8 @@ class InTree:
         import mlx.core as mx
 
         from models.whisper.audio import N_FRAMES, N_SAMPLES, log_mel_spectrogram, pad_or_trim
-        from models.whisper.decoding import DecodingOptions, decode
+        from models.whisper.decoding import decode
+        from models.whisper.decoding_types import DecodingOptions
 
         model, n_mels = self.model, self.model.dims.n_mels
         mel = log_mel_spectrogram(clip, n_mels=n_mels, padding=N_SAMPLES)
@@ -170,7 +172,7 @@ def best_of(stage: Callable[[], Any], repeats: int) -> float:
 
 def step_counter() -> Any:
     """A transcription observer that counts decode calls and decoder steps (it reads no array)."""
-    from models.whisper.transcribe import TranscribeObserver
+    from models.whisper.hooks import TranscribeObserver
 
     class StepCounter(TranscribeObserver):
         def __init__(self) -> None:

@@ -170,7 +170,7 @@ def origin_text(summary: dict[str, Any], command: str, clips: list[str]) -> str:
     )
 
 
-FAST_PATH_SOURCES = ("models/whisper/fast.py", "models/whisper/fast_filters.py")
+FAST_PATH_SOURCES = ("models/whisper/fast.py", "models/whisper/fast_model.py", "models/whisper/fast_filters.py")
 
 
 @dataclasses.dataclass

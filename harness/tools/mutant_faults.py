@@ -156,9 +156,9 @@ def mel_nudge() -> contextlib.AbstractContextManager[None]:
 
 
 def no_timestamp_rules() -> contextlib.AbstractContextManager[None]:
-    import models.whisper.decoding as decoding
+    import models.whisper.logit_filters as logit_filters
 
-    return _setattr(decoding.ApplyTimestampRules, "apply", lambda self, logits, tokens: logits)
+    return _setattr(logit_filters.ApplyTimestampRules, "apply", lambda self, logits, tokens: logits)
 
 
 def whisper_encoder_ulp(model: Any) -> None:
@@ -183,51 +183,51 @@ def compiled_rope_offset() -> contextlib.AbstractContextManager[None]:
 
 
 def no_logprob_fallback() -> contextlib.AbstractContextManager[None]:
-    import models.whisper.transcribe as transcribe
+    import models.whisper.seek_loop as seek_loop
 
-    original = transcribe.needs_fallback
+    original = seek_loop.needs_fallback
     return _setattr(
-        transcribe, "needs_fallback", lambda result, ratio, logprob, no_speech: original(result, ratio, None, no_speech)
+        seek_loop, "needs_fallback", lambda result, ratio, logprob, no_speech: original(result, ratio, None, no_speech)
     )
 
 
 def ranker_without_length_norm() -> contextlib.AbstractContextManager[None]:
-    import models.whisper.decoding as decoding
+    import models.whisper.token_decoders as token_decoders
 
     def rank(self: Any, tokens: list, sum_logprobs: list) -> list[int]:
         return [int(np.argmax(group)) for group in sum_logprobs]
 
-    return _setattr(decoding.MaximumLikelihoodRanker, "rank", rank)
+    return _setattr(token_decoders.MaximumLikelihoodRanker, "rank", rank)
 
 
 def patience_ignored() -> contextlib.AbstractContextManager[None]:
-    import models.whisper.decoding as decoding
+    import models.whisper.token_decoders as token_decoders
 
-    original = decoding.BeamSearchDecoder.__init__
+    original = token_decoders.BeamSearchDecoder.__init__
 
     def init(self: Any, beam_size: int, eot: int, inference: Any, patience: float | None = None) -> None:
         original(self, beam_size, eot, inference, patience)
         self.max_candidates = beam_size  # as if patience were 1
 
-    return _setattr(decoding.BeamSearchDecoder, "__init__", init)
+    return _setattr(token_decoders.BeamSearchDecoder, "__init__", init)
 
 
 def one_candidate_short() -> contextlib.AbstractContextManager[None]:
-    import models.whisper.decoding as decoding
+    import models.whisper.token_decoders as token_decoders
 
-    original = decoding.BeamSearchDecoder.top_candidates
+    original = token_decoders.BeamSearchDecoder.top_candidates
 
     def top(self: Any, logits: mx.array, sum_logprobs: mx.array) -> tuple[list, list]:
         ids, scores = original(self, logits, sum_logprobs)
         return [row[:-1] for row in ids], [row[:-1] for row in scores]  # beam_size, not beam_size + 1
 
-    return _setattr(decoding.BeamSearchDecoder, "top_candidates", top)
+    return _setattr(token_decoders.BeamSearchDecoder, "top_candidates", top)
 
 
 def segment_end_one_step_late() -> contextlib.AbstractContextManager[None]:
-    import models.whisper.transcribe as transcribe
+    import models.whisper.seek_loop as seek_loop
 
-    original = transcribe.split_segments
+    original = seek_loop.split_segments
 
     def split(*args: Any, **kwargs: Any) -> Any:
         window = original(*args, **kwargs)
@@ -235,7 +235,7 @@ def segment_end_one_step_late() -> contextlib.AbstractContextManager[None]:
             segment["end"] = round(segment["end"] + 0.02, 2)  # one timestamp step
         return window
 
-    return _setattr(transcribe, "split_segments", split)
+    return _setattr(seek_loop, "split_segments", split)
 
 
 def subtitle_line_one_wider() -> contextlib.AbstractContextManager[None]:
@@ -250,14 +250,14 @@ def subtitle_line_one_wider() -> contextlib.AbstractContextManager[None]:
 
 
 def fast_logits_scaled() -> contextlib.AbstractContextManager[None]:
-    from models.whisper.fast import FastWhisper
+    from models.whisper.fast_model import FastWhisper
 
     original = FastWhisper._logits
     return _setattr(FastWhisper, "_logits", lambda self, x: original(self, x) * 1.01)
 
 
 def fast_attention_scale_ulp() -> contextlib.AbstractContextManager[None]:
-    from models.whisper.fast import FastWhisper
+    from models.whisper.fast_model import FastWhisper
 
     original = FastWhisper.__init__
 

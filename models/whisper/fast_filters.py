@@ -1,4 +1,4 @@
-"""decoding.py's logit filters as array operations, for the fast path's compiled decoder step.
+"""logit_filters.py's filters as array operations, for the fast path's compiled decoder step.
 
 `decoding.DecodingTask` applies `SuppressBlank`, `SuppressTokens` and `ApplyTimestampRules`
 in Python, building a numpy mask per row from the token list each step: the host has to
@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import mlx.core as mx
 import numpy as np
 
-from models.whisper.decoding import ApplyTimestampRules, LogitFilter, SuppressBlank, SuppressTokens
+from models.whisper.logit_filters import ApplyTimestampRules, LogitFilter, SuppressBlank, SuppressTokens
 
 
 class FilterState(NamedTuple):

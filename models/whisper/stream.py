@@ -8,7 +8,7 @@
 `feed` computes the log-Mel frames whose STFT support has fully arrived (frame i needs samples
 up to `i * HOP_LENGTH + N_FFT // 2`; the reflected head of the first frames is in the first
 201 samples), never one frame alone (a one-row Mel product rounds differently), and decodes
-each window once `N_FRAMES` frames past its seek exist (`transcribe.SeekLoop.next_window`).
+each window once `N_FRAMES` frames past its seek exist (`seek_loop.SeekLoop.next_window`).
 `finish` appends the batch run's padding (a window of zeros, then the reflected tail, zeros
 too), computes the remaining frames and drains the loop with the clip's length known.
 
@@ -32,8 +32,10 @@ import numpy as np
 import tiktoken
 
 from models.whisper.audio import HOP_LENGTH, N_FFT, N_FRAMES, N_SAMPLES, SAMPLE_RATE, floored, log10_mel_frames
-from models.whisper.decoding import TemperatureSampler, decode
-from models.whisper.transcribe import WAIT, SeekLoop, TranscribeObserver
+from models.whisper.decoding import decode
+from models.whisper.hooks import TranscribeObserver
+from models.whisper.seek_loop import WAIT, SeekLoop
+from models.whisper.token_decoders import TemperatureSampler
 
 MIN_BLOCK = 8  # frames computed together at least (earlier frames are recomputed to make up the block)
 

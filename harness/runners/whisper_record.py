@@ -1,4 +1,6 @@
-"""One instrumented transcription: everything the parity check compares, in one record.
+"""The harness's Whisper record: one instrumented transcription, everything the parity check
+compares. The layout is the harness's; the in-tree Whisper only offers its instrumentation
+interface (models/whisper/hooks.py: observers, teacher forcing, the sampler, `decode_fn`).
 
 `transcribe_record` runs `transcribe.transcribe` with a recording observer and returns
 plain data (numpy arrays, lists, Python floats), in the layout of the mlx-whisper oracle
@@ -25,10 +27,11 @@ generator's records:
 
 `options` are mlx_whisper.transcribe's keyword arguments plus `seed` (`mx.random.seed`
 right before transcribing). Sampling starts from a fresh compiled sampler each record
-(see `decoding.TemperatureSampler`): the run equals mlx-whisper's in a fresh process,
+(see `token_decoders.TemperatureSampler`): the run equals mlx-whisper's in a fresh process,
 or in one whose compiled sampler was replaced before the run, seeded the same way.
 `forced` (a reference record's `decode_calls`) replays the reference's windows,
-temperatures, tokens and fallback decisions (teacher forcing).
+temperatures, tokens and fallback decisions (teacher forcing). `fast_transcribe_record` is
+the same record on the fast path (models/whisper/fast.py), with what the fast path decided.
 """
 
 from __future__ import annotations
@@ -41,9 +44,16 @@ import mlx.core as mx
 import numpy as np
 
 from models.whisper.audio import load_audio
-from models.whisper.decoding import DecodingResult, TemperatureSampler, decode
+from models.whisper.decoding import decode
+from models.whisper.decoding_types import DecodingResult
+from models.whisper.fallback import DEFAULT_TEMPERATURES, should_skip
+from models.whisper.fast import fast_decode
+from models.whisper.fast_model import FastWhisper, as_fast
+from models.whisper.hooks import ForcedCall, TranscribeObserver
+from models.whisper.model import Whisper
+from models.whisper.token_decoders import TemperatureSampler
 from models.whisper.tokenizer import load_encoding
-from models.whisper.transcribe import DEFAULT_TEMPERATURES, ForcedCall, TranscribeObserver, should_skip, transcribe
+from models.whisper.transcribe import transcribe
 
 SEGMENT_FIELDS = (
     "id",
@@ -198,19 +208,21 @@ def _prepare(
 def _record(model: Any, encoding: Any, recorder: TranscriptionRecorder, result: dict[str, Any]) -> dict[str, Any]:
     n_audio_ctx, n_audio_state = model.dims.n_audio_ctx, model.dims.n_audio_state
     encoder = np.stack(recorder.encoder) if recorder.encoder else np.zeros((0, n_audio_ctx, n_audio_state), np.float32)
-    return {
-        "mel": recorder.mel,
-        "encoder": encoder,
-        "logits": recorder.stacked_logits(model.dims.n_vocab),
-        "tokens": recorder.tokens,
-        "eos_ids": [encoding.eot_token],
-        "decode_calls": recorder.decode_calls,
-        "transcript": {
+    # Keyword arguments, not a dict display: these are the record's fields, some of them named
+    # like checks (tests/test_layout.py reads a literal holding two check names as a stray list).
+    return dict(
+        mel=recorder.mel,
+        encoder=encoder,
+        logits=recorder.stacked_logits(model.dims.n_vocab),
+        tokens=recorder.tokens,
+        eos_ids=[encoding.eot_token],
+        decode_calls=recorder.decode_calls,
+        transcript={
             "text": result["text"],
             "language": result["language"],
             "segments": [{key: seg[key] for key in SEGMENT_FIELDS if key in seg} for seg in result["segments"]],
         },
-    }
+    )
 
 
 def transcribe_record(
@@ -266,3 +278,39 @@ def streamed_transcribe_record(
         "restarts": stream.restarts,
     }
     return record
+
+
+def fast_transcribe_record(
+    model: Whisper | FastWhisper,
+    model_dir: str | Path,
+    audio_path: str | Path,
+    options: dict[str, Any],
+    forced: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """`transcribe_record` on the fast path: the same record, and per decode call
+    `fast_filters` (the call's filters, `FastFilters.to_dict`) and `fast_picks` (per kept
+    step, per batch member, the fast path's own pick: under teacher forcing what it would
+    have appended) where the fast path decoded (absent where it delegated)."""
+    return transcribe_record(
+        as_fast(model), model_dir, audio_path, options, forced, decode_fn=fast_decode, recorder_class=_FastRecorder
+    )
+
+
+class _FastRecorder(TranscriptionRecorder):
+    """`TranscriptionRecorder` plus the fast path's filters and picks per decode call."""
+
+    def on_decode_begin(self, initial_tokens: tuple[int, ...], n_batch: int, temperature: float) -> None:
+        super().on_decode_begin(initial_tokens, n_batch, temperature)
+        self._fast: dict[str, Any] = {}
+
+    def on_fast_filters(self, filters: dict[str, Any]) -> None:
+        self._fast["fast_filters"] = filters
+        self._fast["fast_picks"] = []
+
+    def on_fast_step(self, picks: mx.array, kept: bool) -> None:
+        if kept:
+            self._fast["fast_picks"].append([int(t) for t in picks.tolist()])
+
+    def on_decode_call(self, seek: int, segment_size: int, result: DecodingResult, needs_fallback: bool) -> None:
+        super().on_decode_call(seek, segment_size, result, needs_fallback)
+        self.decode_calls[-1].update(self._fast)
