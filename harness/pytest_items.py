@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from harness.checks.compare import CheckResult
-from harness.checks.vad import VadRun, vad_checks
+from harness.checks.vad import vad_checks
 from harness.errors import HarnessError
 from harness.profile import Profile, Scenario
 from harness.profile.load import load_profile
@@ -19,6 +19,7 @@ from harness.provenance import device_facts
 from harness.report import ItemResult, peak_rss_mb
 from harness.session import ParitySession
 from harness.timing import clock, delta
+from harness.vad_session import VadRun
 
 _SESSION_KEY = pytest.StashKey[ParitySession]()
 

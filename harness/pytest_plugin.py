@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.checks.vad import VadRun, segments_coverage, walked_segments
+from harness.checks.vad import segments_coverage, walked_segments
 from harness.coverage import SCENARIO as COVERAGE_SCENARIO
 from harness.coverage import Coverage, judge_coverage
 from harness.errors import HarnessError
@@ -38,6 +38,7 @@ from harness.pytest_items import (
 from harness.report import ItemResult, build_report, peak_rss_mb, print_table, verdict, write_report
 from harness.settings import check_all as check_settings
 from harness.timing import breakdown, clock, format_breakdown
+from harness.vad_session import VadRun
 
 _REMAINING_KEY = pytest.StashKey[dict[str, int]]()  # ParityItems left to run, per profile
 _STARTED_KEY = pytest.StashKey[dt.datetime]()

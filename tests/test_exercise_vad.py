@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness import vad_session
 from harness.artifacts.vad import resolve_vad_weights
-from harness.checks import vad as vad_checks
 from harness.checks.vad import (
     AT_LEAST_ONE_SEGMENT,
-    VadRun,
     gate_fixture,
     segments_coverage,
     walked_segments,
@@ -26,6 +25,7 @@ from harness.errors import NothingComparedError, ProfileError
 from harness.goldens.vad import ensure_goldens
 from harness.paths import profiles_dir
 from harness.profile.vad import load_vad_profile
+from harness.vad_session import VadRun
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +104,7 @@ def test_an_empty_speech_fixture_is_an_error_row_through_make_parity(
     def silent_goldens(p, fixtures, update=False):
         return {f: _silent(goldens[f]) for f in fixtures}
 
-    monkeypatch.setattr(vad_checks, "ensure_goldens", silent_goldens)
+    monkeypatch.setattr(vad_session, "ensure_goldens", silent_goldens)
     report_path = tmp_path / "report.json"
     code = main(
         ["parity", "--model", "silero-vad", "--report", str(report_path), "--", "-p", "no:xdist", "-k", "fox.wav"]

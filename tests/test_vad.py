@@ -20,11 +20,12 @@ import pytest
 import yaml
 
 from harness.artifacts.vad import resolve_vad_weights
-from harness.checks.vad import VadRun, gate_fixture, vad_checks
+from harness.checks.vad import gate_fixture, vad_checks
 from harness.errors import ArtifactError, GoldenError, StaleGoldenError
 from harness.goldens import vad as vad_goldens
 from harness.goldens.vad import ensure_goldens
 from harness.profile.vad import load_vad_profile
+from harness.vad_session import VadRun
 from models.vad import (
     SileroVAD,
     SpeechTimestampOptions,

@@ -17,15 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from harness.artifacts.vad import resolve_vad_weights
 from harness.checks import registry
 from harness.checks.registry import VAD
 from harness.coverage import SCENARIO as PROFILE_SCENARIO
 from harness.coverage import Coverage
-from harness.errors import (
-    NothingComparedError,
-)
-from harness.goldens.vad import OracleResult, ensure_goldens
+from harness.goldens.vad import OracleResult
 from harness.paths import FIXTURES_DIR
 from harness.profile.vad import VAD_TIER, VadProfile
 from harness.report import ItemResult
@@ -146,41 +142,6 @@ def vad_checks(profile: VadProfile) -> list[str]:
     """The checks of every fixture, in the registry's order (gate_fixture's): segments once per option set."""
     names = registry.of(VAD)
     return [n for c in names for n in ([f"{c}[{o}]" for o in profile.timestamp_options] if c == "segments" else [c])]
-
-
-class VadRun:
-    """One VAD profile's run in a parity session: the in-tree model loaded once, the goldens
-    made or read once (a stale one is an error, as everywhere), each fixture judged once."""
-
-    def __init__(self, profile: VadProfile, fixtures: list[str]):
-        self.profile = profile
-        self.fixtures = fixtures  # the fixtures this run judges (their goldens are made together)
-        self._model: Any = None
-        self._goldens: dict[str, OracleResult] | None = None
-        self._verdicts: dict[str, FixtureVerdict] = {}
-
-    def check(self, fixture: str, name: str) -> Check:
-        if fixture not in self._verdicts:
-            from models.vad import load_model
-
-            if self._model is None:
-                self._model = load_model(resolve_vad_weights(self.profile))
-            if self._goldens is None:
-                self._goldens = ensure_goldens(self.profile, sorted(set(self.fixtures) | {fixture}))
-            elif fixture not in self._goldens:
-                self._goldens |= ensure_goldens(self.profile, [fixture])
-            self._verdicts[fixture] = gate_fixture(self.profile, self._model, self._goldens[fixture])
-        verdict = self._verdicts[fixture]
-        found = next((c for c in verdict.checks if c.name == name), None)
-        if found is None:
-            failed = next((c for c in verdict.checks if not c.passed), None)
-            raise NothingComparedError(
-                f"{self.profile.name}/{fixture} {name}: not compared"
-                + (f": {failed.name} failed first ({failed.detail})" if failed else "")
-            )
-        if found.nothing_exercised:
-            raise NothingComparedError(found.detail)
-        return found
 
 
 def segments_coverage(profile: VadProfile, walked: dict[tuple[str, str], list[str]]) -> Coverage:

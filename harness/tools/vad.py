@@ -16,14 +16,14 @@ from typing import Any
 import numpy as np
 
 from harness.artifacts.vad import resolve_vad_weights
-from harness.checks.vad import FixtureVerdict, gate_fixture, segments_coverage, walked_segments
+from harness.checks.vad import FixtureVerdict, segments_coverage, walked_segments
 from harness.errors import (
     HarnessError,
 )
-from harness.goldens.vad import ensure_goldens
 from harness.paths import FIXTURES_DIR
 from harness.profile.vad import VadProfile, load_vad_profile
 from harness.runners.vad import float64_probabilities, run_oracle, streaming_probabilities
+from harness.vad_session import VadRun
 
 
 def bench(profile: VadProfile, model: Any, weights_dir: Path, fixtures: list[str], repeat: int = 3) -> list[dict]:
@@ -67,13 +67,9 @@ def _timed(fn: Any, *args: Any) -> float:
 
 
 def run_gate(fixtures: list[str] | None = None, update: bool = False) -> list[FixtureVerdict]:
-    from models.vad import load_model
-
     profile = load_vad_profile()
-    fixtures = fixtures or profile.fixtures
-    model = load_model(resolve_vad_weights(profile))
-    goldens = ensure_goldens(profile, fixtures, update=update)
-    return [gate_fixture(profile, model, goldens[f]) for f in fixtures]
+    run = VadRun(profile, list(fixtures or profile.fixtures), update=update)
+    return [run.verdict(f) for f in run.fixtures]
 
 
 def run(args: argparse.Namespace) -> int:
