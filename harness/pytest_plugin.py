@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -40,6 +42,7 @@ from harness.settings import check_all as check_settings
 from harness.timing import breakdown, clock, format_breakdown
 from harness.vad_session import VadRun
 
+_P = TypeVar("_P")
 _REMAINING_KEY = pytest.StashKey[dict[str, int]]()  # ParityItems left to run, per profile
 _STARTED_KEY = pytest.StashKey[dt.datetime]()
 
@@ -146,26 +149,23 @@ def known_models() -> dict[str, Path]:
     return available_profiles() | available_vad_profiles()
 
 
-def _loadable(models: list[str]) -> list[Profile]:
+def _loaded(models: list[str], available: Callable[[], dict[str, Path]], load: Callable[[Path], _P]) -> list[_P]:
     """The profiles of these models that load (one that does not is its own ERROR row)."""
     out = []
     for name in models:
         try:
-            out.append(load_profile(available_profiles()[name]))
+            out.append(load(available()[name]))
         except (HarnessError, KeyError):
             continue
     return out
+
+
+def _loadable(models: list[str]) -> list[Profile]:
+    return _loaded(models, available_profiles, load_profile)
 
 
 def _loadable_vad(models: list[str]) -> list[VadProfile]:
-    """The VAD profiles of these models that load (one that does not is its own ERROR row)."""
-    out = []
-    for name in models:
-        try:
-            out.append(load_vad_profile(available_vad_profiles()[name]))
-        except (HarnessError, KeyError):
-            continue
-    return out
+    return _loaded(models, available_vad_profiles, load_vad_profile)
 
 
 def not_run_here(models: list[str]) -> list[str]:

@@ -27,12 +27,7 @@ export PYTHONPATH=/tmp/site:$PWD
 export MLX_PARITY_ORACLE_PYTHON=$(command -v python3) MLX_PARITY_ORACLE_PYTHONPATH=/tmp/site
 export MLX_PARITY_CACHE=/root/parity-cache HF_HUB_OFFLINE=1 MLX_PARITY_LOCALIZE=0
 export MLX_PARITY_GOLDENS=$OUT/goldens MLX_PARITY_REPORTS=$OUT
-vocab_sha=b34b360dbb493e781e479794586d661700670d65564001f23024971d1f2fa126
-vocab=$MLX_PARITY_CACHE/downloads/mlx-whisper-0.4.3/$vocab_sha/multilingual.tiktoken
-if [ -f .gpu/multilingual.tiktoken ] && [ ! -f "$vocab" ]; then
-  mkdir -p "$(dirname "$vocab")"
-  echo "$vocab_sha  .gpu/multilingual.tiktoken" | sha256sum -c - && cp .gpu/multilingual.tiktoken "$vocab"
-fi
+. "$(dirname "$0")/gpu-whisper-vocab.sh"
 python3 -c "import mlx.core as mx, json; print(mx.__version__, mx.default_device(), json.dumps(mx.device_info(), default=str))" \
   > "$OUT/device.txt" 2>&1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> "$OUT/device.txt" 2>&1

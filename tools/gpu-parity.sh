@@ -19,12 +19,7 @@ if ls /root/stage/gguf.* >/dev/null 2>&1 && [ ! -f "$member" ]; then
   cat /root/stage/gguf.* > "$member.part"
   echo "$sha  $member.part" | sha256sum -c - && mv "$member.part" "$member"
 fi
-vocab_sha=b34b360dbb493e781e479794586d661700670d65564001f23024971d1f2fa126
-vocab=$MLX_PARITY_CACHE/downloads/mlx-whisper-0.4.3/$vocab_sha/multilingual.tiktoken
-if [ -f .gpu/multilingual.tiktoken ] && [ ! -f "$vocab" ]; then
-  mkdir -p "$(dirname "$vocab")"
-  echo "$vocab_sha  .gpu/multilingual.tiktoken" | sha256sum -c - && cp .gpu/multilingual.tiktoken "$vocab"
-fi
+. "$(dirname "$0")/gpu-whisper-vocab.sh"
 python3 -c "import mlx.core as mx, json; print(mx.__version__, mx.default_device(), json.dumps(mx.device_info(), default=str))" \
   | tee "$OUT/device.txt"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> "$OUT/device.txt" 2>&1

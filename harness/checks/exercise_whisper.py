@@ -22,11 +22,14 @@ record (and, for the writers, from what the oracle's writers wrote, in the check
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from statistics import median
 from typing import Any
 
 from harness.checks.exercise import Exercise
 from harness.records import ScenarioRecord
+
+Walked = Callable[[ScenarioRecord, dict[str, Any], dict[str, Any]], set[str]]
 
 PAUSE_BOUNDARY = "a long first word 3x to 4x the median word duration after the last speech"
 TRUNCATION_VISIBLE = "a written time that truncating to milliseconds would change"
@@ -135,15 +138,20 @@ def kept_first_words_after_a_pause(golden: ScenarioRecord, spec: dict[str, Any])
     return found
 
 
-def _pause_walked(golden: ScenarioRecord, spec: dict[str, Any], details: dict[str, Any]) -> set[str]:
-    return {PAUSE_BOUNDARY} if kept_first_words_after_a_pause(golden, spec) else set()
+def _walked_when(path: str, found: Callable[[ScenarioRecord, dict[str, Any], dict[str, Any]], list[Any]]) -> Walked:
+    """An Exercise's `walked`: {path} when `found` finds an instance of it in the scenario, else nothing."""
+
+    def walked(golden: ScenarioRecord, spec: dict[str, Any], details: dict[str, Any]) -> set[str]:
+        return {path} if found(golden, spec, details) else set()
+
+    return walked
 
 
 TRANSCRIPT = Exercise(
     "a segment's first word, longer than twice the median word duration, ends between 3x and 4x the median "
     "after the last speech: mlx-whisper's pause rule (4x) keeps it, a 3x rule would cut it",
     _declared_pause,
-    _pause_walked,
+    _walked_when(PAUSE_BOUNDARY, lambda golden, spec, details: kept_first_words_after_a_pause(golden, spec)),
 )
 
 
@@ -174,13 +182,9 @@ def truncation_visible_times(golden: ScenarioRecord, details: dict[str, Any]) ->
     return out
 
 
-def _truncation_walked(golden: ScenarioRecord, spec: dict[str, Any], details: dict[str, Any]) -> set[str]:
-    return {TRUNCATION_VISIBLE} if truncation_visible_times(golden, details) else set()
-
-
 WRITERS = Exercise(
     "the oracle's vtt/srt cues carry a time whose milliseconds round(seconds * 1000) and int() tell apart "
     "(e.g. 4.02 s: 4020 against 4019)",
     lambda profile: [TRUNCATION_VISIBLE],
-    _truncation_walked,
+    _walked_when(TRUNCATION_VISIBLE, lambda golden, spec, details: truncation_visible_times(golden, details)),
 )

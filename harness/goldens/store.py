@@ -300,67 +300,56 @@ class GoldenStore:
         vectors stay in this cache's full-vector index, only the leading rows are a blob.
         """
         if compact is not None:
-            return self._write_compact(profile, scenario_id, record, provenance, extra, *compact)
-        blobs = {"logits": self.put_blob(record.logits)} | {
-            name: self.put_blob(array) for name, array in sorted(record.arrays.items())
-        }
-        path = self.manifest_path(profile, scenario_id)
-        if expect_blobs is not None:
-            for name, ref in expect_blobs.items():
-                got = blobs.get(name, {}).get("sha256")
-                if got != ref["sha256"]:
-                    raise GoldenError(
-                        f"golden {path} is not reproducible on this machine: blob {name!r} was "
-                        f"{ref['sha256']} when recorded, the oracle now gives {got} with the same "
-                        f"provenance (same golden key {self.device_key}, pins, artifact and scenario); "
-                        f"recorded on {self.read_manifest(profile, scenario_id).get('recorded_on', '<not recorded>')}. "
-                        f"If this machine's bits should stand, regenerate with `make goldens MODEL={profile}`"
-                    )
-            return self.load(profile, scenario_id)
+            blobs, section = self._compact_blobs(record, *compact)
+        else:
+            blobs, section = self._full_blobs(profile, scenario_id, record, expect_blobs), {}
+            if expect_blobs is not None:  # reproduced: the tracked manifest stays as it is
+                return self.load(profile, scenario_id)
         manifest = {
-            "format": FULL_GOLDEN_FORMAT,
+            "format": FULL_GOLDEN_FORMAT if compact is None else COMPACT_GOLDEN_FORMAT,
             "profile": profile,
             "scenario": scenario_id,
             "device_key": self.device_key,
             "provenance": provenance,
             "record": record.meta(),
-            "blobs": blobs,
-            "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        } | extra
-        atomic_write_json(path, manifest)
-        return self.load(profile, scenario_id)
-
-    def _write_compact(
-        self,
-        profile: str,
-        scenario_id: str,
-        record: ScenarioRecord,
-        provenance: dict[str, Any],
-        extra: dict[str, Any],
-        top_k: int,
-        full_steps: int,
-    ) -> Golden:
-        compact = CompactLogits.of(record.logits, top_k, full_steps)
-        self.remember_full(compact, record.logits)
-        blobs = {"logits_head": self.put_blob(record.logits[: compact.full_steps])} | {
-            name: self.put_blob(array) for name, array in sorted(record.arrays.items())
-        }
-        manifest = {
-            "format": COMPACT_GOLDEN_FORMAT,
-            "profile": profile,
-            "scenario": scenario_id,
-            "device_key": self.device_key,
-            "provenance": provenance,
-            "record": record.meta(),
-            "compact": {
-                "logits": compact.as_json(),
-                "arrays": {name: array_sha256(array) for name, array in sorted(record.arrays.items())},
-            },
+            **section,
             "blobs": blobs,
             "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         } | extra
         atomic_write_json(self.manifest_path(profile, scenario_id), manifest)
         return self.load(profile, scenario_id)
+
+    def _full_blobs(
+        self, profile: str, scenario_id: str, record: ScenarioRecord, expect_blobs: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """A full golden's blobs (the logits, the arrays), each hashing to `expect_blobs`' where given."""
+        blobs = {"logits": self.put_blob(record.logits)} | {
+            name: self.put_blob(array) for name, array in sorted(record.arrays.items())
+        }
+        for name, ref in (expect_blobs or {}).items():
+            got = blobs.get(name, {}).get("sha256")
+            if got != ref["sha256"]:
+                raise GoldenError(
+                    f"golden {self.manifest_path(profile, scenario_id)} is not reproducible on this machine: blob "
+                    f"{name!r} was {ref['sha256']} when recorded, the oracle now gives {got} with the same "
+                    f"provenance (same golden key {self.device_key}, pins, artifact and scenario); "
+                    f"recorded on {self.read_manifest(profile, scenario_id).get('recorded_on', '<not recorded>')}. "
+                    f"If this machine's bits should stand, regenerate with `make goldens MODEL={profile}`"
+                )
+        return blobs
+
+    def _compact_blobs(
+        self, record: ScenarioRecord, top_k: int, full_steps: int
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A compact golden's blobs (the leading rows, the arrays) and its compact section; the full
+        vectors go to this cache's full-vector index."""
+        compact = CompactLogits.of(record.logits, top_k, full_steps)
+        self.remember_full(compact, record.logits)
+        blobs = {"logits_head": self.put_blob(record.logits[: compact.full_steps])} | {
+            name: self.put_blob(array) for name, array in sorted(record.arrays.items())
+        }
+        arrays = {name: array_sha256(array) for name, array in sorted(record.arrays.items())}
+        return blobs, {"compact": {"logits": compact.as_json(), "arrays": arrays}}
 
     def compact_existing(self, profile: str, scenario_id: str, top_k: int, full_steps: int) -> dict[str, int] | None:
         """Rewrite a full (format 1) golden of this device as a compact one, from its verified
@@ -376,7 +365,7 @@ class GoldenStore:
         keep = {k: v for k, v in manifest.items() if k not in rewritten}
         keep["compacted_from"] = {"format": FULL_GOLDEN_FORMAT, "logits_blob": manifest["blobs"]["logits"]["sha256"]}
         generated_at = manifest.get("generated_at")
-        new = self._write_compact(profile, scenario_id, golden.record, manifest["provenance"], keep, top_k, full_steps)
+        new = self.write(profile, scenario_id, golden.record, manifest["provenance"], keep, compact=(top_k, full_steps))
         if generated_at is not None:  # the oracle ran then; compacting is not a new generation
             new.manifest["generated_at"] = generated_at
             atomic_write_json(new.manifest_path, new.manifest)

@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -115,6 +115,17 @@ class KLSummary:
         return out
 
 
+class _FieldsAsDicts:
+    """as_dict: the summary's fields in their order, a nested Estimate or KLSummary by its as_dict (None stays None)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = value.as_dict() if isinstance(value, (Estimate, KLSummary)) else value
+        return out
+
+
 def kl_summary(kl: np.ndarray) -> KLSummary:
     x = _f64(kl)
     p = bootstrap_percentiles(x)
@@ -122,7 +133,7 @@ def kl_summary(kl: np.ndarray) -> KLSummary:
 
 
 @dataclass(frozen=True)
-class LLMSummary:
+class LLMSummary(_FieldsAsDicts):
     positions: int
     quantized_positions: int  # positions whose candidate call attended to a quantized cache
     kl: KLSummary
@@ -131,18 +142,6 @@ class LLMSummary:
     ppl_control: Estimate
     ppl_candidate: Estimate
     ppl_ratio: Estimate
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "positions": self.positions,
-            "quantized_positions": self.quantized_positions,
-            "kl": self.kl.as_dict(),
-            "kl_quantized_mean": self.kl_quantized_mean.as_dict() if self.kl_quantized_mean else None,
-            "top1_agreement": self.top1_agreement.as_dict(),
-            "ppl_control": self.ppl_control.as_dict(),
-            "ppl_candidate": self.ppl_candidate.as_dict(),
-            "ppl_ratio": self.ppl_ratio.as_dict(),
-        }
 
 
 def summarize_llm(arrays: Any) -> LLMSummary:
@@ -162,7 +161,7 @@ def summarize_llm(arrays: Any) -> LLMSummary:
 
 
 @dataclass(frozen=True)
-class WhisperSummary:
+class WhisperSummary(_FieldsAsDicts):
     steps: int
     fixtures: int
     kl: KLSummary
@@ -170,17 +169,6 @@ class WhisperSummary:
     wer: float
     word_errors: int
     reference_words: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "steps": self.steps,
-            "fixtures": self.fixtures,
-            "kl": self.kl.as_dict(),
-            "top1_agreement": self.top1_agreement.as_dict(),
-            "wer": self.wer,
-            "word_errors": self.word_errors,
-            "reference_words": self.reference_words,
-        }
 
 
 def summarize_whisper(fixtures: list[Any]) -> WhisperSummary:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -87,15 +87,8 @@ class Measurement:
     environment: dict[str, Any] = field(default_factory=dict)
 
     def meta(self) -> dict[str, Any]:
-        return {
-            "window_starts": self.window_starts,
-            "logits_sha256": self.logits_sha256,
-            "corpus_ids_sha256": self.corpus_ids_sha256,
-            "n_corpus_tokens": self.n_corpus_tokens,
-            "forward_seconds": self.forward_seconds,
-            "logits_dtype": self.logits_dtype,
-            "environment": self.environment,
-        }
+        """Every field but the arrays, in their order."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "arrays"}
 
     @classmethod
     def from_dir(cls, directory: Path) -> Measurement:

@@ -125,12 +125,8 @@ def measure_pair(
         "corpus": {"path": corpus.path, "sha256": sha256_file(text_path), **settings},
         "oracle": oracle_facts(oracle),
     }
-    entry = store.entry_dir(profile.name, pair.id, key)
-    measurement, why = store.load(entry, key)
-    source = "cached"
-    if measurement is None:
-        if why != "not cached":
-            progress.say(f"quality {profile.name}/{pair.id}: {why}: computing it again")
+
+    def compute(entry: Path) -> Measurement:
         job = {
             "control_dir": str(control.model_dir),
             "candidate_dir": str(candidate.model_dir),
@@ -140,7 +136,9 @@ def measure_pair(
         }
         measurement = run_oracle(oracle, job, _phase(on_progress, f"oracle {oracle}"))
         store.save(entry, key, measurement)
-        source = "computed" if why == "not cached" else f"recomputed: {why}"
+        return measurement
+
+    entry, measurement, source = _cached_or_computed(profile, pair, key, store.load, compute)
     if measurement.window_starts != starts:
         raise HarnessError(f"quality {pair.id}: the oracle cut other windows than the harness ({len(starts)} here)")
     check = _cross_check(entry, measurement, control, candidate, kv, ids, settings, model_hook, on_progress)
@@ -157,6 +155,24 @@ def measure_pair(
         measurement=measurement,
         quality=judge(pair.thresholds, summary),
     )
+
+
+def _cached_or_computed(
+    profile: Profile,
+    pair: QualityPair,
+    key: dict[str, Any],
+    load: Callable[[Path, dict[str, Any]], tuple[Any, str]],
+    compute: Callable[[Path], Any],
+) -> tuple[Path, Any, str]:
+    """The pair's entry under `key`, what `load(entry, key)` finds there or else `compute(entry)` (which
+    stores it), and where it came from: cached, computed or recomputed (with why the cache did not serve)."""
+    entry = store.entry_dir(profile.name, pair.id, key)
+    value, why = load(entry, key)
+    if value is not None:
+        return entry, value, "cached"
+    if why != "not cached":
+        progress.say(f"quality {profile.name}/{pair.id}: {why}: computing it again")
+    return entry, compute(entry), "computed" if why == "not cached" else f"recomputed: {why}"
 
 
 def _phase(on_progress: Progress | None, phase: str) -> Callable[[int, int], None] | None:
@@ -251,12 +267,8 @@ def _measure_whisper(profile, pair, where, control, on_progress) -> PairResult:
         "fixtures": {f: sha256_file(REPO_ROOT / f) for f in fixtures},
         "oracle": speech_oracle_facts(layer),
     }
-    entry = store.entry_dir(profile.name, pair.id, key)
-    results, why = store.load_fixtures(entry, key)
-    source = "cached"
-    if results is None:
-        if why != "not cached":
-            progress.say(f"quality {profile.name}/{pair.id}: {why}: computing it again")
+
+    def compute(entry: Path) -> list[Any]:
         results = layer.measure_whisper_pair(
             profile=profile,
             control_dir=control.model_dir,
@@ -266,7 +278,9 @@ def _measure_whisper(profile, pair, where, control, on_progress) -> PairResult:
         )
         if not any(str(r.cross_check).startswith("differs") for r in results):  # a failure is never served again
             store.save_fixtures(entry, key, results)
-        source = "computed" if why == "not cached" else f"recomputed: {why}"
+        return results
+
+    _entry, results, source = _cached_or_computed(profile, pair, key, store.load_fixtures, compute)
     summary = summarize_whisper(results)
     return PairResult(
         pair=pair,

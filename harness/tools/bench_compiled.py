@@ -48,7 +48,7 @@ from harness.tools.bench_common import (
     write_job,
     write_result,
 )
-from harness.tools.bench_paired import Worker, fmt, paired_rounds, ratio_stats, side_stats
+from harness.tools.bench_paired import Worker, fmt, ratio_stats, ready_and_paired, side_stats
 
 # -- speed ----------------------------------------------------------------------------------------
 
@@ -79,12 +79,7 @@ def speed(
     with tempfile.TemporaryDirectory(prefix="bench-compiled-", dir=scratch_dir()) as tmp:
         job = write_job(Path(tmp), prompt_ids, steps, repeats=1)
         sides = workers(profile, model_dir, job, variant, oracle)
-        try:
-            ready = {w.name: w.wait_ready() for w in sides}
-            runs = paired_rounds(sides, rounds)
-        finally:
-            for w in sides:
-                w.close()
+        ready, runs = ready_and_paired(sides, rounds)
     result: dict[str, Any] = {name: side_stats(rs, steps, len(prompt_ids)) for name, rs in runs.items()}
     eager, compiled = ready["eager"], ready["compiled"]
     result["compiled"] |= {

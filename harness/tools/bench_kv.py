@@ -45,7 +45,7 @@ from harness.tools.bench_kv_configs import (
     parse_configs,
     theoretical_kv_bytes,
 )
-from harness.tools.bench_paired import Worker, paired_rounds, ratio_stats, side_stats
+from harness.tools.bench_paired import Worker, ratio_stats, ready_and_paired, side_stats
 
 DEFAULT_CONTEXTS = (1024, 4096, 8192)
 WARMUP_TOKENS, WARMUP_STEPS = 64, 4
@@ -126,12 +126,7 @@ def run_cell(
         path = Path(tmp) / "job.json"
         path.write_text(json.dumps(job))
         sides = workers(config, setup["model_dir"], path, oracle)
-        try:
-            ready = {w.name: w.wait_ready() for w in sides}
-            runs = paired_rounds(sides, rounds)
-        finally:
-            for w in sides:
-                w.close()
+        ready, runs = ready_and_paired(sides, rounds)
     cell: dict[str, Any] = {
         "config": config.name,
         "context": context,

@@ -9,6 +9,7 @@ Drawn on a bare matplotlib Figure with the Agg canvas, as harness/signoff/plots.
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from typing import Any
 
 from harness.tools.bench_common import machine_line
@@ -31,59 +32,75 @@ def _not_run(cell: dict[str, Any]) -> str | None:
     return None
 
 
-def speed_table(result: dict[str, Any]) -> list[str]:
-    lines = [
-        "| config | context | side | prefill tok/s best / median | decode tok/s best / median | mx peak MB "
-        "(over weights) | peak RSS MB | 1-min load | in-tree / oracle decode, prefill (median per round) |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
-    ]
+def _cell_table(
+    result: dict[str, Any], header: list[str], not_run_cells: str, rows: Callable[[dict[str, Any], str], list[str]]
+) -> list[str]:
+    """`header`, then per cell the rows `rows(cell, head)` make, or for a cell that did not run one row:
+    its head, then `not_run_cells` with the reason in it."""
+    lines = list(header)
     for cell in result["cells"]:
         head = f"| {cell['config']} | {cell['context']} "
         reason = _not_run(cell)
         if reason:
-            lines.append(head + f"| — | {reason} | | | | | |")
+            lines.append(head + not_run_cells.format(reason=reason))
             continue
-        load = "{:.1f}..{:.1f}".format(*cell["loadavg_1m_before_after"])
-        for name, side in cell["sides"].items():
-            ratio = ""
-            if name == "in-tree" and "ratio_in_tree_over_oracle" in cell:
-                same = "" if cell["same_tokens"] else "; tokens DIFFER"
-                same += "" if cell["same_cache_classes"] else "; cache classes DIFFER"
-                ratio = f"{_ratio(cell, 'decode_tok_s')}, {_ratio(cell, 'prefill_tok_s')}{same}"
-            if name == "in-tree" and "oracle_not_run" in cell:
-                ratio = f"oracle not run: {cell['oracle_not_run']}"
-            lines.append(
-                head + f"| {name} | {_speed(side['prefill_tok_s'])} | {_speed(side['decode_tok_s'])} | "
-                f"{side['peak_mb']:.0f} ({side['peak_over_weights_mb']:.0f}) | {side['rss_peak_mb']:.0f} | "
-                f"{load} | {ratio} |"
-            )
+        lines += rows(cell, head)
     return lines
+
+
+_SPEED_HEADER = [
+    "| config | context | side | prefill tok/s best / median | decode tok/s best / median | mx peak MB "
+    "(over weights) | peak RSS MB | 1-min load | in-tree / oracle decode, prefill (median per round) |",
+    "|---|---:|---|---:|---:|---:|---:|---:|---:|",
+]
+
+
+def _speed_rows(cell: dict[str, Any], head: str) -> list[str]:
+    lines = []
+    load = "{:.1f}..{:.1f}".format(*cell["loadavg_1m_before_after"])
+    for name, side in cell["sides"].items():
+        ratio = ""
+        if name == "in-tree" and "ratio_in_tree_over_oracle" in cell:
+            same = "" if cell["same_tokens"] else "; tokens DIFFER"
+            same += "" if cell["same_cache_classes"] else "; cache classes DIFFER"
+            ratio = f"{_ratio(cell, 'decode_tok_s')}, {_ratio(cell, 'prefill_tok_s')}{same}"
+        if name == "in-tree" and "oracle_not_run" in cell:
+            ratio = f"oracle not run: {cell['oracle_not_run']}"
+        lines.append(
+            head + f"| {name} | {_speed(side['prefill_tok_s'])} | {_speed(side['decode_tok_s'])} | "
+            f"{side['peak_mb']:.0f} ({side['peak_over_weights_mb']:.0f}) | {side['rss_peak_mb']:.0f} | "
+            f"{load} | {ratio} |"
+        )
+    return lines
+
+
+def speed_table(result: dict[str, Any]) -> list[str]:
+    return _cell_table(result, _SPEED_HEADER, "| — | {reason} | | | | | |", _speed_rows)
+
+
+_KV_HEADER = [
+    "| config | context | tokens fed / held | KV bytes per held token: in-tree / oracle | theoretical | "
+    "measured / theoretical | per context token: measured / theoretical | cache classes (in-tree) |",
+    "|---|---:|---:|---:|---:|---:|---:|---|",
+]
+
+
+def _kv_rows(cell: dict[str, Any], head: str) -> list[str]:
+    sides = cell["sides"]
+    kv = sides["in-tree"]["kv"]
+    theory = kv["theoretical"]
+    others = [s["kv"]["per_held_token"] for n, s in sides.items() if n != "in-tree"]
+    oracle = f" / {others[0]:.0f}" if others else " / —"
+    classes = ", ".join(f"{n} x{k}" for n, k in kv["cache_types"].items())
+    return [
+        head + f"| {kv['tokens_fed']} / {kv['tokens_held']} | {kv['per_held_token']:.0f}{oracle} | "
+        f"{theory['per_held_token']:.0f} | {kv['measured_over_theoretical']:.3f} | "
+        f"{kv['per_context_token']:.0f} / {theory['per_context_token']:.0f} | {classes} |"
+    ]
 
 
 def kv_table(result: dict[str, Any]) -> list[str]:
-    lines = [
-        "| config | context | tokens fed / held | KV bytes per held token: in-tree / oracle | theoretical | "
-        "measured / theoretical | per context token: measured / theoretical | cache classes (in-tree) |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
-    ]
-    for cell in result["cells"]:
-        head = f"| {cell['config']} | {cell['context']} "
-        reason = _not_run(cell)
-        if reason:
-            lines.append(head + f"| {reason} | | | | | |")
-            continue
-        sides = cell["sides"]
-        kv = sides["in-tree"]["kv"]
-        theory = kv["theoretical"]
-        others = [s["kv"]["per_held_token"] for n, s in sides.items() if n != "in-tree"]
-        oracle = f" / {others[0]:.0f}" if others else " / —"
-        classes = ", ".join(f"{n} x{k}" for n, k in kv["cache_types"].items())
-        lines.append(
-            head + f"| {kv['tokens_fed']} / {kv['tokens_held']} | {kv['per_held_token']:.0f}{oracle} | "
-            f"{theory['per_held_token']:.0f} | {kv['measured_over_theoretical']:.3f} | "
-            f"{kv['per_context_token']:.0f} / {theory['per_context_token']:.0f} | {classes} |"
-        )
-    return lines
+    return _cell_table(result, _KV_HEADER, "| {reason} | | | | | |", _kv_rows)
 
 
 def table(result: dict[str, Any]) -> str:

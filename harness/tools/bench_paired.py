@@ -113,6 +113,19 @@ def paired_rounds(workers: list[Worker], rounds: int) -> dict[str, list[dict[str
     return runs
 
 
+def ready_and_paired(
+    workers: list[Worker], rounds: int
+) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    """Every worker's ready line (after its warm-up), then `paired_rounds`; the workers are closed either way."""
+    try:
+        ready = {w.name: w.wait_ready() for w in workers}
+        runs = paired_rounds(workers, rounds)
+    finally:
+        for w in workers:
+            w.close()
+    return ready, runs
+
+
 def spread(values: list[float], lower_is_better: bool = False) -> dict[str, Any]:
     """best-of (the highest, or the lowest for times), median, min, max and interquartile range
     of per-round figures."""

@@ -340,26 +340,15 @@ def draft_rewind_ignores_accepted() -> contextlib.AbstractContextManager[None]:
 
 def rotating_trim_off_by_one() -> contextlib.AbstractContextManager[None]:
     """The rotating cache's multi-token write into a full ring (models/universal/rotating_cache.py,
-    RotatingKVCache._update_concat) drops one old position too few. Only a prefill chunk of
-    several tokens arriving when the ring is full takes that path (issue 31: rotating-kv's
-    one-chunk prefill never does; rotating-kv-chunked does)."""
+    RotatingKVCache._update_concat, through _concat_trim_size) drops one old position too few. Only a
+    prefill chunk of several tokens arriving when the ring is full takes that path (issue 31:
+    rotating-kv's one-chunk prefill never does; rotating-kv-chunked does)."""
     from models.universal.rotating_cache import RotatingKVCache
 
-    def update_concat(self: Any, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
-        if self.keys is None:
-            self.keys, self.values = keys, values
-        else:
-            self.keys = self._temporal_order(self.keys)
-            self.values = self._temporal_order(self.values)
-            self._idx = self.keys.shape[2]
-            trim_size = self._idx - self.max_size  # the fault: the unmutated cache adds 1
-            self.keys = self._trim(trim_size, self.keys, keys)
-            self.values = self._trim(trim_size, self.values, values)
-        self.offset += keys.shape[2]
-        self._idx = self.keys.shape[2]
-        return self.keys, self.values
+    def concat_trim_size(self: Any) -> int:
+        return self._idx - self.max_size  # the fault: the unmutated cache adds 1
 
-    return _setattr(RotatingKVCache, "_update_concat", update_concat)
+    return _setattr(RotatingKVCache, "_concat_trim_size", concat_trim_size)
 
 
 def stream_decodes_only_at_finish() -> contextlib.AbstractContextManager[None]:

@@ -98,19 +98,12 @@ def decode_releases_replacement() -> contextlib.AbstractContextManager[None]:
     it back until the character completes."""
     from models.universal.detokenize import DecodeStream
 
-    def current_text(self: Any) -> str:
-        if self.line_tokens:
-            text = self.decode(self.line_tokens)
-            if self.drops_space_before_comma and text.endswith(" "):
-                text = text[:-1]
-            self.line_text = text
-        if self.line_text.endswith("\n"):
-            self.released += self.line_text
-            self.line_tokens = []
-            self.line_text = ""
-        return self.released + self.line_text
+    def shown(self: Any, text: str) -> str:
+        if self.drops_space_before_comma and text.endswith(" "):
+            return text[:-1]
+        return text
 
-    return _setattr(DecodeStream, "current_text", current_text)
+    return _setattr(DecodeStream, "_shown", shown)
 
 
 def decode_releases_trailing_space() -> contextlib.AbstractContextManager[None]:
@@ -131,19 +124,12 @@ def decode_no_line_restart() -> contextlib.AbstractContextManager[None]:
     """DecodeStream never makes the text up to a newline final: it decodes every token since the
     start on every read (mlx-lm starts a new line's decode after each newline, where a Metaspace
     decoder drops the space of the line's first word)."""
-    from models.universal.detokenize import REPLACEMENT, DecodeStream
+    from models.universal.detokenize import DecodeStream
 
-    def current_text(self: Any) -> str:
-        if self.line_tokens:
-            text = self.decode(self.line_tokens)
-            if text.endswith(REPLACEMENT):
-                text = text.rstrip(REPLACEMENT)
-            elif self.drops_space_before_comma and text.endswith(" "):
-                text = text[:-1]
-            self.line_text = text
-        return self.released + self.line_text
+    def restart_at_newline(self: Any) -> None:
+        pass
 
-    return _setattr(DecodeStream, "current_text", current_text)
+    return _setattr(DecodeStream, "_restart_at_newline", restart_at_newline)
 
 
 def decode_finalize_drops_flush() -> contextlib.AbstractContextManager[None]:

@@ -185,18 +185,26 @@ class DecodeStream(TextStream):
         self.line_tokens = []
         self.line_text = ""
 
-    def current_text(self) -> str:
-        if self.line_tokens:
-            text = self.decode(self.line_tokens)
-            if text.endswith(REPLACEMENT):
-                text = text.rstrip(REPLACEMENT)
-            elif self.drops_space_before_comma and text.endswith(" "):
-                text = text[:-1]
-            self.line_text = text
+    def _shown(self, text: str) -> str:
+        """The line's decode as handed out: an incomplete character (a trailing U+FFFD) is held back,
+        and so is a trailing space where decode cleans " ," up (the next token may be the ",")."""
+        if text.endswith(REPLACEMENT):
+            return text.rstrip(REPLACEMENT)
+        if self.drops_space_before_comma and text.endswith(" "):
+            return text[:-1]
+        return text
+
+    def _restart_at_newline(self) -> None:
+        """A line ending in a newline is final: released, and the next line is decoded on its own."""
         if self.line_text.endswith("\n"):
             self.released += self.line_text
             self.line_tokens = []
             self.line_text = ""
+
+    def current_text(self) -> str:
+        if self.line_tokens:
+            self.line_text = self._shown(self.decode(self.line_tokens))
+        self._restart_at_newline()
         return self.released + self.line_text
 
 

@@ -52,6 +52,11 @@ class RotatingKVCache(_FloatCache):
             )
         return v[..., : self._idx, :]
 
+    def _concat_trim_size(self) -> int:
+        """The old positions a multi-token write into the ring drops: it keeps max_size - 1, so every
+        new query sees max_size keys."""
+        return self._idx - self.max_size + 1
+
     def _update_concat(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         if self.keys is None:
             self.keys, self.values = keys, values
@@ -59,8 +64,7 @@ class RotatingKVCache(_FloatCache):
             self.keys = self._temporal_order(self.keys)
             self.values = self._temporal_order(self.values)
             self._idx = self.keys.shape[2]
-            # Keep max_size - 1 old positions, so every new query sees max_size keys.
-            trim_size = self._idx - self.max_size + 1
+            trim_size = self._concat_trim_size()
             self.keys = self._trim(trim_size, self.keys, keys)
             self.values = self._trim(trim_size, self.values, values)
         self.offset += keys.shape[2]

@@ -61,22 +61,20 @@ def schema_types(schema: Any) -> set[str]:
     return found or {"string"}
 
 
+# JSON Schema's type of a Python value, first match wins (bool before int: a bool is an int).
+_JSON_TYPES: tuple[tuple[type, str], ...] = (
+    (type(None), "null"),
+    (bool, "boolean"),
+    (int, "integer"),
+    (float, "number"),
+    (str, "string"),
+    (list, "array"),
+    (dict, "object"),
+)
+
+
 def _json_type(value: Any) -> str | None:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return None
+    return next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), None)
 
 
 def _as_integer(text: str) -> Any:

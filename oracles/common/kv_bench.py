@@ -63,6 +63,20 @@ def cache_bytes(cache):
     }
 
 
+def greedy_tokens(mx, generate_step, model, cache, prompt_ids, steps, prefill_step_size, options):
+    """mlx-lm's `generate_step` (greedy, chunked prefill) for steps + 1 tokens on `cache`: the token
+    iterator and the cache, as `timed_run`'s `start_run` returns them."""
+    tokens = generate_step(
+        mx.array(prompt_ids),
+        model,
+        max_tokens=steps + 1,
+        prompt_cache=cache,
+        prefill_step_size=prefill_step_size,
+        **options,
+    )
+    return (token for token, _logprobs in tokens), cache
+
+
 def timed_run(mx, start_run):
     """`start_run()` -> (iterator of steps + 1 tokens, the cache list it fills), timed."""
     gc.collect()

@@ -48,15 +48,9 @@ def main():
             cache = make_prompt_cache(model)
         else:
             cache = [RotatingKVCache(max_size=options["max_kv_size"], keep=4) for _ in model.layers]
-        tokens = generate_step(
-            mx.array(prompt_ids),
-            model,
-            max_tokens=steps + 1,
-            prompt_cache=cache,
-            prefill_step_size=job["prefill_step_size"],
-            **step_options,
+        return kv_bench.greedy_tokens(
+            mx, generate_step, model, cache, prompt_ids, steps, job["prefill_step_size"], step_options
         )
-        return (token for token, _logprobs in tokens), cache
 
     environment = {"side": "mlx-lm", **base.mlx_environment("mlx", "mlx-lm")}
     kv_bench.serve(mx, start_run, job, environment)

@@ -65,15 +65,9 @@ def main():
 
     def start_run(prompt_ids, steps):
         cache = caches.pop() if caches else make_cache()
-        tokens = generate_step(
-            mx.array(prompt_ids),
-            model,
-            max_tokens=steps + 1,
-            prompt_cache=cache,
-            prefill_step_size=job["prefill_step_size"],
-            **options,
+        return kv_bench.greedy_tokens(
+            mx, generate_step, model, cache, prompt_ids, steps, job["prefill_step_size"], options
         )
-        return (token for token, _logprobs in tokens), cache
 
     environment = {"side": "mlx-optiq", **generator.environment()}
     kv_bench.serve(mx, start_run, job, environment)

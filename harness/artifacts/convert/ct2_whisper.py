@@ -171,6 +171,13 @@ def _mapped_tensors(c: _Consumer, dims: dict[str, int]) -> Iterator[tuple[str, n
             else:
                 yield f"{dst}.bias", part_bias
 
+    def self_attention(src: str, dst: str, n: int) -> Iterator[tuple[str, np.ndarray]]:
+        yield from norm(f"{src}/self_attention/layer_norm", f"{dst}.attn_ln", n)
+        yield from fused(
+            f"{src}/self_attention/linear_0", n, [f"{dst}.attn.query", f"{dst}.attn.key", f"{dst}.attn.value"], 1
+        )
+        yield from linear(f"{src}/self_attention/linear_1", f"{dst}.attn.out", n, n)
+
     def ffn(src: str, dst: str, n: int) -> Iterator[tuple[str, np.ndarray]]:
         yield from norm(f"{src}/ffn/layer_norm", f"{dst}.mlp_ln", n)
         yield from linear(f"{src}/ffn/linear_0", f"{dst}.mlp1", 4 * n, n)
@@ -188,11 +195,7 @@ def _mapped_tensors(c: _Consumer, dims: dict[str, int]) -> Iterator[tuple[str, n
         raise ValueError(f"CTranslate2 encoder positions differ from Whisper's sinusoids by {drift:.3g}")
     for i in range(dims["n_audio_layer"]):
         src, dst = f"encoder/layer_{i}", f"encoder.blocks.{i}"
-        yield from norm(f"{src}/self_attention/layer_norm", f"{dst}.attn_ln", n_audio)
-        yield from fused(
-            f"{src}/self_attention/linear_0", n_audio, [f"{dst}.attn.query", f"{dst}.attn.key", f"{dst}.attn.value"], 1
-        )
-        yield from linear(f"{src}/self_attention/linear_1", f"{dst}.attn.out", n_audio, n_audio)
+        yield from self_attention(src, dst, n_audio)
         yield from ffn(src, dst, n_audio)
     yield from norm("encoder/layer_norm", "encoder.ln_post", n_audio)
 
@@ -204,11 +207,7 @@ def _mapped_tensors(c: _Consumer, dims: dict[str, int]) -> Iterator[tuple[str, n
     yield "decoder.positional_embedding", c.take("decoder/position_encodings/encodings", (dims["n_text_ctx"], n_text))
     for i in range(dims["n_text_layer"]):
         src, dst = f"decoder/layer_{i}", f"decoder.blocks.{i}"
-        yield from norm(f"{src}/self_attention/layer_norm", f"{dst}.attn_ln", n_text)
-        yield from fused(
-            f"{src}/self_attention/linear_0", n_text, [f"{dst}.attn.query", f"{dst}.attn.key", f"{dst}.attn.value"], 1
-        )
-        yield from linear(f"{src}/self_attention/linear_1", f"{dst}.attn.out", n_text, n_text)
+        yield from self_attention(src, dst, n_text)
         yield from norm(f"{src}/attention/layer_norm", f"{dst}.cross_attn_ln", n_text)
         yield from linear(f"{src}/attention/linear_0", f"{dst}.cross_attn.query", n_text, n_text)
         yield from fused(f"{src}/attention/linear_1", n_text, [f"{dst}.cross_attn.key", f"{dst}.cross_attn.value"], 0)

@@ -9,7 +9,7 @@ the BPE merges are made up, from a fixed seed and a fixed corpus.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -42,16 +42,7 @@ class LlamaShape:
         return self.num_key_value_heads * self.head_dim
 
     def summary(self) -> dict[str, Any]:
-        return {
-            "num_hidden_layers": self.num_hidden_layers,
-            "hidden_size": self.hidden_size,
-            "intermediate_size": self.intermediate_size,
-            "num_attention_heads": self.num_attention_heads,
-            "num_key_value_heads": self.num_key_value_heads,
-            "head_dim": self.head_dim,
-            "vocab_size": self.vocab_size,
-            "tie_word_embeddings": self.tie_word_embeddings,
-        }
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(frozen=True)
