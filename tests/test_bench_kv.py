@@ -15,6 +15,7 @@ import pytest
 
 from harness.cli import main as harness_main
 from harness.errors import HarnessError
+from harness.oracle.sources import load_common
 from harness.paths import REPO_ROOT
 from harness.tools.bench_kv import bench, load_prior
 from harness.tools.bench_kv_budget import alone_s, attention_work, estimate_run_s, plan_cell, startup_s
@@ -27,7 +28,6 @@ from harness.tools.bench_kv_configs import (
     theoretical_kv_bytes_per_token,
 )
 from harness.tools.bench_kv_report import plot_png, table
-from harness.tools.bench_kv_worker import cache_bytes
 from models.universal.cache import KVCache
 from models.universal.quantized_cache import QuantizedKVCache
 
@@ -87,7 +87,7 @@ def test_measured_bytes_show_the_256_position_blocks() -> None:
         caches = [cache_class() if fmt.bits is None else cache_class(group_size=64, bits=4) for _ in range(LAYERS)]
         for c in caches:
             c.update_and_fetch(keys, keys)
-        measured = cache_bytes(caches)
+        measured = load_common("kv_bench").cache_bytes(caches)
         theory = theoretical_kv_bytes_per_token([fmt] * LAYERS, KV_HEADS, HEAD_DIM, 4)
         assert (measured["offset"], measured["tokens_held"]) == (300, 300)
         assert measured["nbytes"] == theory * 512, cache_class.__name__

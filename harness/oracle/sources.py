@@ -4,7 +4,10 @@ on, hashed into their provenance beside the script itself."""
 from __future__ import annotations
 
 import ast
+import functools
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 from harness.paths import oracles_dir
 
@@ -40,3 +43,18 @@ def script_sources(oracle: str, script: str) -> dict[str, Path]:
     for name in sorted(scripts):
         out |= {f"common/{m}.py": path for m, path in common_sources(oracle, name).items()}
     return out
+
+
+@functools.cache
+def load_common(name: str) -> ModuleType:
+    """An oracles/common module loaded into this process by file path, for the benchmark
+    helpers both sides of a paired benchmark must measure with alike (kv_bench, bench_timing:
+    standard library and mlx only). Not for a module a generator loads: goldens come from the
+    oracle's venv, never from this process."""
+    path = oracles_dir() / "common" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"oracles_common_{name}", path)
+    if spec is None or spec.loader is None or not path.is_file():
+        raise FileNotFoundError(f"oracles/common/{name}.py: no such module")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -32,6 +32,12 @@ class WhisperRunner:
         """The float32-dtype model (what tests and mutants perturb), loaded on first use."""
         return self.model_for(fp16=False)
 
+    def _inputs(self, spec: dict[str, Any]) -> tuple[Any, Path, str, dict[str, Any]]:
+        """What a transcription of the scenario is given: the model at its fp16 option, the
+        model directory, the clip, and the options with the scenario's seed."""
+        options = dict(spec["options"]) | {"seed": spec["seed"]}
+        return self.model_for(bool(spec["options"].get("fp16", False))), self.model_dir, spec["audio"], options
+
     def model_for(self, fp16: bool) -> Any:
         """The model as mlx-whisper's transcribe builds it for the option: float16 positional
         tables and masks with fp16, float32 without; the weights keep their stored dtype."""
@@ -58,13 +64,8 @@ class WhisperRunner:
 
         mode = "teacher_forced" if forced is not None else "free"
         with progress.task(f"{self.label}{spec['id']} ({mode}): in-tree transcribe"):
-            out = transcribe_record(
-                self.model_for(bool(spec["options"].get("fp16", False))),
-                self.model_dir,
-                spec["audio"],
-                dict(spec["options"]) | {"seed": spec["seed"]},
-                forced=forced.extra.get("decode_calls") if forced is not None else None,
-            )
+            forced_calls = forced.extra.get("decode_calls") if forced is not None else None
+            out = transcribe_record(*self._inputs(spec), forced=forced_calls)
         return self._scenario_record(spec, out, mode)
 
     def run_streamed(self, spec: dict[str, Any], chunk_seconds: float) -> ScenarioRecord:
@@ -74,13 +75,7 @@ class WhisperRunner:
         from models.whisper.audio import SAMPLE_RATE
 
         with progress.task(f"{self.label}{spec['id']} (streamed, {chunk_seconds:g} s chunks): in-tree transcribe"):
-            out = streamed_transcribe_record(
-                self.model_for(bool(spec["options"].get("fp16", False))),
-                self.model_dir,
-                spec["audio"],
-                dict(spec["options"]) | {"seed": spec["seed"]},
-                round(chunk_seconds * SAMPLE_RATE),
-            )
+            out = streamed_transcribe_record(*self._inputs(spec), round(chunk_seconds * SAMPLE_RATE))
         record = self._scenario_record(spec, out, "free")
         record.extra["stream"] = out["stream"]
         return record

@@ -2,10 +2,10 @@
 
     python -m harness bench-kv-worker --model-dir DIR --job job.json
 
-Speaks harness.tools.bench_paired's protocol, measuring as oracles/common/kv_bench.py measures
-the oracles: a warm-up on the job's short prompt, a `ready` line, then per `run` line one timed
-greedy run of steps + 1 tokens on a fresh cache, answered with prefill and decode seconds, the
-run's mx peak memory, the process's peak RSS and the final cache's stored bytes.
+Speaks harness.tools.bench_paired's protocol through oracles/common/kv_bench.py, loaded by path
+(the oracles' sides measure with the same code): a warm-up on the job's short prompt, a `ready`
+line, then per `run` line one timed greedy run of steps + 1 tokens on a fresh cache, answered
+with prefill and decode seconds, the run's mx peak memory, the process's peak RSS and the final cache's stored bytes.
 
 L1 configurations run `greedy_steps` on a kept cache (`model.make_cache(max_kv_size)`, as
 mlx-lm's generate_step runs on its prompt_cache, the look-ahead call included); L2 ones run
@@ -16,56 +16,14 @@ conversions replace its items in place, so the list ends as the final caches.
 from __future__ import annotations
 
 import argparse
-import gc
 import itertools
 import json
-import resource
-import sys
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from harness.oracle.sources import load_common
+
 L1_OPTIONS = ("kv_bits", "kv_group_size", "quantized_kv_start")
-
-
-def emit(obj: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
-
-
-def rss_peak_bytes() -> int:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB on Linux
-
-
-def _arrays(x: Any) -> list[Any]:
-    if x is None:
-        return []
-    return list(x) if isinstance(x, (list, tuple)) else [x]
-
-
-def cache_bytes(cache: list[Any]) -> dict[str, Any]:
-    """Stored bytes of every layer's buffers, and the tokens attention can see (layer 0's)."""
-    first = cache[0]
-    keys = _arrays(first.keys)
-    window = getattr(first, "max_size", None)
-    types: dict[str, int] = {}
-    for c in cache:
-        types[type(c).__name__] = types.get(type(c).__name__, 0) + 1
-    return {
-        "nbytes": sum(a.nbytes for c in cache for a in _arrays(c.keys) + _arrays(c.values)),
-        "offset": int(first.offset),
-        "tokens_held": int(first.offset if window is None else min(first.offset, window)),
-        "types": types,
-        "dtype": None if not keys else str(keys[1].dtype if len(keys) == 3 else keys[0].dtype),
-    }
 
 
 class CacheRecorder:
@@ -116,29 +74,10 @@ def run_starter(model: Any, config: dict[str, Any], prefill_step_size: int) -> C
 
 
 def timed_run(start_run: Callable[..., Any], prompt_ids: list[int], steps: int) -> dict[str, Any]:
+    """One run of `start_run(prompt_ids, steps)`, timed and measured by oracles/common/kv_bench.py."""
     import mlx.core as mx
 
-    gc.collect()
-    mx.synchronize()
-    mx.clear_cache()
-    active_before = mx.get_active_memory()
-    mx.reset_peak_memory()
-    started = time.perf_counter()
-    stamps, tokens = [], []
-    run, cache = start_run(prompt_ids, steps)  # a composed run has taken its first step by now
-    for token in run:
-        stamps.append(time.perf_counter())  # greedy_steps has .item()'d the token: it is computed
-        tokens.append(int(token))
-    mx.synchronize()
-    return {
-        "prefill_s": stamps[0] - started,
-        "decode_s": stamps[-1] - stamps[0],
-        "peak_bytes": mx.get_peak_memory(),
-        "active_before_bytes": active_before,
-        "rss_peak_bytes": rss_peak_bytes(),
-        "kv": cache_bytes(cache),
-        "tokens": tokens,
-    }
+    return load_common("kv_bench").timed_run(mx, lambda: start_run(prompt_ids, steps))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -150,10 +89,5 @@ def run(args: argparse.Namespace) -> int:
 
     model, _config = load_model(args.model_dir)
     start_run = run_starter(model, job["config"], job["prefill_step_size"])
-    warm = timed_run(start_run, job["warmup_ids"], job["warmup_steps"])
-    emit({"status": "ready", "side": "in-tree", "warmup": warm, "device": str(mx.default_device())})
-    for line in sys.stdin:
-        if line.strip() != "run":
-            raise SystemExit(f"bench_kv_worker: expected 'run' on stdin, got {line.strip()!r}")
-        emit(timed_run(start_run, job["prompt_ids"], job["steps"]))
+    load_common("kv_bench").serve(mx, start_run, job, {"side": "in-tree", "device": str(mx.default_device())})
     return 0

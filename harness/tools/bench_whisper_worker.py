@@ -24,11 +24,17 @@ import hashlib
 import json
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.oracle.sources import load_common
+
 PATHS = ("faithful", "fast")
+
+
+def bench_timing() -> Any:
+    """oracles/common/bench_timing.py (emit, best_of): the mlx-whisper side's, loaded when first used."""
+    return load_common("bench_timing")
 
 
 class InTree:
@@ -100,9 +106,11 @@ class InTree:
 
         result = decode_call()
         stages = {
-            "mel_s": best_of(lambda: mx.eval(log_mel_spectrogram(clip, n_mels=n_mels, padding=N_SAMPLES)), repeats),
-            "encoder_s": best_of(lambda: mx.eval(encode(window)), repeats),
-            "decode_s": best_of(decode_call, repeats),
+            "mel_s": bench_timing().best_of(
+                lambda: mx.eval(log_mel_spectrogram(clip, n_mels=n_mels, padding=N_SAMPLES)), repeats
+            ),
+            "encoder_s": bench_timing().best_of(lambda: mx.eval(encode(window)), repeats),
+            "decode_s": bench_timing().best_of(decode_call, repeats),
             "decode_tokens": len(result.tokens),
             "decoder_steps": len(result.tokens) + 2,  # the prompt's step, one per token, the step past EOT
         }
@@ -155,21 +163,6 @@ def fast_step_timing(fast: Any, features: Any, encoding: Any, options: Any, step
     return {"host_ms": host * 1e3, "pipelined_ms": pipelined * 1e3, "synced_ms": synced * 1e3}
 
 
-def best_of(stage: Callable[[], Any], repeats: int) -> float:
-    """The fastest of `repeats` timed runs of `stage`, after one untimed run, device work included."""
-    import mlx.core as mx
-
-    stage()
-    mx.synchronize()
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        stage()
-        mx.synchronize()
-        times.append(time.perf_counter() - started)
-    return min(times)
-
-
 def step_counter() -> Any:
     """A transcription observer that counts decode calls and decoder steps (it reads no array)."""
     from models.whisper.hooks import TranscribeObserver
@@ -192,11 +185,6 @@ def tokens_digest(result: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(tokens).encode()).hexdigest()
 
 
-def emit(obj: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
-
-
 def serve(side: InTree, clips: list[str]) -> None:
     """The paired-rounds protocol: a ready line after the warm-up, then one timed run per `run` line."""
     import mlx.core as mx
@@ -207,7 +195,7 @@ def serve(side: InTree, clips: list[str]) -> None:
         counter = step_counter()
         warm[clip] = side.transcribe(clip, counter)[1]
         counts[clip] = {"decode_calls": counter.calls, "decoder_steps": counter.steps}
-    emit(
+    bench_timing().emit(
         {
             "status": "ready",
             "side": side.path,
@@ -223,14 +211,16 @@ def serve(side: InTree, clips: list[str]) -> None:
             raise SystemExit(f"bench_whisper_worker: expected 'run' on stdin, got {line.strip()!r}")
         mx.reset_peak_memory()
         seconds = {clip: side.transcribe(clip)[0] for clip in clips}
-        emit({"seconds": seconds, "peak_bytes": mx.get_peak_memory()})
+        bench_timing().emit({"seconds": seconds, "peak_bytes": mx.get_peak_memory()})
 
 
 def run(args: argparse.Namespace) -> int:
     job = json.loads(args.job.read_text())
     side = InTree(args.model_dir, dict(job["options"]), args.path)
     if args.profile:
-        emit({"side": args.path, "profile": {clip: side.profile(clip, args.profile) for clip in job["clips"]}})
+        bench_timing().emit(
+            {"side": args.path, "profile": {clip: side.profile(clip, args.profile) for clip in job["clips"]}}
+        )
         return 0
     serve(side, job["clips"])
     return 0

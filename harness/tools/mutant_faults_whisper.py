@@ -6,7 +6,6 @@ as harness/tools/mutant_faults.py's do, and WHISPER_MUTANTS names the scenario t
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 from harness.tools.mutant_faults import Mutant, _setattr
 
@@ -14,26 +13,12 @@ from harness.tools.mutant_faults import Mutant, _setattr
 def word_pause_at_3x() -> contextlib.AbstractContextManager[None]:
     """models/whisper/timing.py's pause rule (mlx-whisper's add_word_timestamps): a segment's
     first word is cut to max_duration (twice the median word duration) when it is too long and
-    ends more than 3x, not 4x, the median after the last speech. The same function with that one
-    constant changed; only a too-long first word ending 3x to 4x the median after the last speech
+    ends more than 3x, not 4x, the median after the last speech (timing.PAUSE_MEDIANS, read at
+    each call). Only a too-long first word ending 3x to 4x the median after the last speech
     sees it (fox-words' and long-words' first words do not: the audit's fault)."""
     import models.whisper.timing as timing
 
-    def trim_after_pause_3x(
-        words: list[dict[str, Any]], last_speech_timestamp: float, median_duration: float, max_duration: float
-    ) -> None:
-        first = words[0]
-        after_pause = first["end"] - last_speech_timestamp > median_duration * 3  # the fault: 4 in-tree
-        too_long = first["end"] - first["start"] > max_duration or (
-            len(words) > 1 and words[1]["end"] - first["start"] > max_duration * 2
-        )
-        if after_pause and too_long:
-            if len(words) > 1 and words[1]["end"] - words[1]["start"] > max_duration:
-                boundary = max(words[1]["end"] / 2, words[1]["end"] - max_duration)
-                first["end"] = words[1]["start"] = boundary
-            first["start"] = max(0, first["end"] - max_duration)
-
-    return _setattr(timing, "_trim_after_pause", trim_after_pause_3x)
+    return _setattr(timing, "PAUSE_MEDIANS", 3)  # the fault: 4 in-tree
 
 
 def timestamp_ms_truncated() -> contextlib.AbstractContextManager[None]:

@@ -43,7 +43,6 @@ sampler, greedy and beam-search decoders, the ranker); this module is the task a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import mlx.core as mx
@@ -52,7 +51,7 @@ import tiktoken
 
 from models.whisper.audio import CHUNK_LENGTH
 from models.whisper.decoding_types import DecodingOptions, DecodingResult, compression_ratio
-from models.whisper.hooks import DecodeObserver
+from models.whisper.hooks import DecodeHooks, DecodeObserver, decode_entry
 from models.whisper.inference import Inference
 from models.whisper.language import detect_language
 from models.whisper.logit_filters import ApplyTimestampRules, LogitFilter, SuppressBlank, SuppressTokens
@@ -354,24 +353,15 @@ class DecodingTask:
         ]
 
 
-def decode(
-    model: Any,
-    mel: mx.array,
-    encoding: tiktoken.Encoding,
-    options: DecodingOptions | None = None,
-    *,
-    sampler: TemperatureSampler | None = None,
-    observer: DecodeObserver | None = None,
-    forced_tokens: Sequence[Sequence[int]] | None = None,
-    **kwargs: Any,
-) -> DecodingResult | list[DecodingResult]:
-    """Decode one (`[frames, n_mels]`) or several Mel windows; `kwargs` override `options`."""
-    options = options or DecodingOptions()
-    single = mel.ndim == 2
-    if single:
-        mel = mel[None]
-    if kwargs:
-        options = replace(options, **kwargs)
-    task = DecodingTask(model, options, encoding, sampler=sampler, observer=observer, forced_tokens=forced_tokens)
-    result = task.run(mel)
-    return result[0] if single else result
+def decode_batch(
+    model: Any, mel: mx.array, encoding: tiktoken.Encoding, options: DecodingOptions, hooks: DecodeHooks
+) -> list[DecodingResult]:
+    """Decode a batch of Mel windows (`[batch, frames, n_mels]`)."""
+    h = hooks
+    task = DecodingTask(model, options, encoding, sampler=h.sampler, observer=h.observer, forced_tokens=h.forced_tokens)
+    return task.run(mel)
+
+
+decode = decode_entry(decode_batch)
+decode.__name__ = decode.__qualname__ = "decode"
+decode.__doc__ = """Decode one (`[frames, n_mels]`) or several Mel windows; `kwargs` override `options`."""

@@ -34,19 +34,17 @@ fast_model.py holds the fused model and its compiled step; this module is the de
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import mlx.core as mx
 import tiktoken
 
-from models.whisper.decoding import DecodingTask, decode
+from models.whisper.decoding import DecodingTask, decode_batch
 from models.whisper.decoding_types import DecodingOptions, DecodingResult, compression_ratio
 from models.whisper.fast_filters import FastFilters, FilterState
 from models.whisper.fast_model import FastWhisper, as_fast
-from models.whisper.hooks import DecodeObserver
+from models.whisper.hooks import DecodeHooks, DecodeObserver, decode_entry
 from models.whisper.model import Whisper
-from models.whisper.token_decoders import TemperatureSampler
 from models.whisper.transcribe import transcribe
 
 __all__ = ["fast_decode", "transcribe_fast"]
@@ -62,17 +60,10 @@ def _delegates(options: DecodingOptions) -> bool:
     )
 
 
+@decode_entry
 def fast_decode(
-    model: FastWhisper,
-    mel: mx.array,
-    encoding: tiktoken.Encoding,
-    options: DecodingOptions | None = None,
-    *,
-    sampler: TemperatureSampler | None = None,
-    observer: DecodeObserver | None = None,
-    forced_tokens: Sequence[Sequence[int]] | None = None,
-    **kwargs: Any,
-) -> DecodingResult | list[DecodingResult]:
+    model: FastWhisper, mel: mx.array, encoding: tiktoken.Encoding, options: DecodingOptions, hooks: DecodeHooks
+) -> list[DecodingResult]:
     """`decoding.decode`'s signature and results, on the fast path (greedy) or delegated.
 
     An observer sees what decoding.py's observers see (each step's logits before the
@@ -84,18 +75,9 @@ def fast_decode(
     """
     if not isinstance(model, FastWhisper):
         raise TypeError(f"fast_decode needs a FastWhisper (fast.as_fast(model)), got {type(model).__name__}")
-    options = options or DecodingOptions()
-    if kwargs:
-        options = replace(options, **kwargs)
     if _delegates(options):
-        return decode(
-            model.model, mel, encoding, options, sampler=sampler, observer=observer, forced_tokens=forced_tokens
-        )
-    single = mel.ndim == 2
-    if single:
-        mel = mel[None]
-    results = _FastTask(model, options, encoding, observer, forced_tokens).run(mel)
-    return results[0] if single else results
+        return decode_batch(model.model, mel, encoding, options, hooks)
+    return _FastTask(model, options, encoding, hooks.observer, hooks.forced_tokens).run(mel)
 
 
 class _FastTask:

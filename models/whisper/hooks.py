@@ -22,12 +22,16 @@ Every observer method here is a no-op.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
 import mlx.core as mx
+import tiktoken
 
-from models.whisper.decoding_types import DecodingResult
+from models.whisper.decoding_types import DecodingOptions, DecodingResult
+from models.whisper.token_decoders import TemperatureSampler
 
 
 class DecodeObserver:
@@ -70,3 +74,44 @@ class ForcedCall:
     temperature: float
     member_tokens: Sequence[Sequence[int]]
     needs_fallback: bool
+
+
+@dataclass(frozen=True)
+class DecodeHooks:
+    """What a caller steers or sees of one decode call beyond its options (above)."""
+
+    sampler: TemperatureSampler | None = None
+    observer: DecodeObserver | None = None
+    forced_tokens: Sequence[Sequence[int]] | None = None
+
+
+BatchDecode = Callable[[Any, mx.array, tiktoken.Encoding, DecodingOptions, DecodeHooks], list[DecodingResult]]
+
+
+def decode_entry(decode_batch: BatchDecode) -> Callable[..., DecodingResult | list[DecodingResult]]:
+    """openai-whisper's `decode` face over a function of a batch of Mel windows: the face takes
+    one (`[frames, n_mels]`) or several windows and returns one result or a list, its `kwargs`
+    override `options`; `decode_batch(model, mel_batch, encoding, options, hooks)` decodes the
+    batch. `decoding.decode` and the fast path's `fast.fast_decode` are two."""
+
+    @functools.wraps(decode_batch)
+    def entry(
+        model: Any,
+        mel: mx.array,
+        encoding: tiktoken.Encoding,
+        options: DecodingOptions | None = None,
+        *,
+        sampler: TemperatureSampler | None = None,
+        observer: DecodeObserver | None = None,
+        forced_tokens: Sequence[Sequence[int]] | None = None,
+        **kwargs: Any,
+    ) -> DecodingResult | list[DecodingResult]:
+        options = options or DecodingOptions()
+        if kwargs:
+            options = replace(options, **kwargs)
+        single = mel.ndim == 2
+        hooks = DecodeHooks(sampler, observer, forced_tokens)
+        results = decode_batch(model, mel[None] if single else mel, encoding, options, hooks)
+        return results[0] if single else results
+
+    return entry

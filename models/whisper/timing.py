@@ -268,12 +268,16 @@ def add_word_timestamps(
         segment["words"] = words
 
 
+# A pause is longer than this many median word durations (mlx-whisper's add_word_timestamps: 4).
+PAUSE_MEDIANS = 4
+
+
 def _trim_after_pause(
     words: list[dict[str, Any]], last_speech_timestamp: float, median_duration: float, max_duration: float
 ) -> None:
     """The first (and second) word after a long pause is at most `max_duration` long."""
     first = words[0]
-    after_pause = first["end"] - last_speech_timestamp > median_duration * 4
+    after_pause = first["end"] - last_speech_timestamp > median_duration * PAUSE_MEDIANS
     too_long = first["end"] - first["start"] > max_duration or (
         len(words) > 1 and words[1]["end"] - first["start"] > max_duration * 2
     )

@@ -4,7 +4,8 @@ Standard library and mlx only; loaded by file path, since the oracle venvs do no
 repository on sys.path. The protocol is harness.tools.bench_paired's: a `ready` line after
 the warm-up, then one JSON line per `run` line on stdin. A run is one greedy generation of
 steps + 1 tokens (prefill = call to step 0, decode = step 0 to the last step) on a fresh cache,
-measured as harness.tools.bench_kv_worker measures the in-tree side:
+measured alike on the in-tree side, whose harness.tools.bench_kv_worker loads this file by path
+(harness.oracle.sources.load_common):
 
 - peak_bytes: mx.get_peak_memory() over the run, after mx.reset_peak_memory() (weights included);
 - active_before_bytes: mx.get_active_memory() at the start (the weights and what else stays);

@@ -35,23 +35,7 @@ import mlx.core as mx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
 import oracle_base as base  # noqa: E402
 import whisper_run as common  # noqa: E402
-
-
-def emit(obj):
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
-
-
-def best_of(stage, repeats):
-    stage()
-    mx.synchronize()
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        stage()
-        mx.synchronize()
-        times.append(time.perf_counter() - started)
-    return min(times)
+from bench_timing import best_of, emit  # noqa: E402
 
 
 def profile(model_dir, clip, options, repeats):

@@ -48,14 +48,9 @@ MINICPM5_2B_SHAPE = LlamaShape(
     head_dim=128,
     vocab_size=VOCAB_SIZE,
 )
-MINICPM5_2B_MINI_SHAPE = LlamaShape(
-    num_hidden_layers=4,
-    hidden_size=256,
-    intermediate_size=768,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=64,
-    vocab_size=VOCAB_SIZE,
+# the mini twin: the full model's vocabulary and grouped KV heads, a smaller body
+MINICPM5_2B_MINI_SHAPE = dataclasses.replace(
+    MINICPM5_2B_SHAPE, num_hidden_layers=4, hidden_size=256, intermediate_size=768, num_attention_heads=4, head_dim=64
 )
 
 

@@ -8,7 +8,7 @@ import hashlib
 import json
 import shutil
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,17 +47,10 @@ LARGE_V3_TURBO_DIMS = ModelDimensions(
     n_text_head=20,
     n_text_layer=4,
 )
-LARGE_V3_TURBO_MINI_DIMS = ModelDimensions(
-    n_mels=128,
-    n_audio_ctx=1500,
-    n_audio_state=64,
-    n_audio_head=2,
-    n_audio_layer=2,
-    n_vocab=51866,
-    n_text_ctx=448,
-    n_text_state=64,
-    n_text_head=2,
-    n_text_layer=2,
+# the mini twin: large-v3-turbo's Mel bins, contexts and vocabulary, a smaller body
+LARGE_V3_TURBO_MINI_DIMS = replace(  # the encoder and the decoder alike: width 64, 2 heads, 2 layers
+    LARGE_V3_TURBO_DIMS,
+    **{f"n_{side}_{key}": n for side in ("audio", "text") for key, n in (("state", 64), ("head", 2), ("layer", 2))},
 )
 LARGE_V3_TURBO_ALIGNMENT_HEADS = ((2, 4), (2, 11), (3, 3), (3, 6), (3, 11), (3, 14))
 MINI_ALIGNMENT_HEADS = ((1, 0), (1, 1))

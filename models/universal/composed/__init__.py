@@ -33,7 +33,7 @@ from models.universal.composed.spec import (
     check_against_model,
     parse_composition,
 )
-from models.universal.composed.steps import ComposedStep
+from models.universal.composed.steps import ComposedRun, ComposedStep
 from models.universal.model import UniversalLlama
 
 __all__ = [
@@ -96,13 +96,7 @@ def composed_steps(
         forced_tokens = _token_list("forced_tokens", forced_tokens, config.vocab_size)
         if len(forced_tokens) < n_tokens - 1:
             raise ValueError(f"forced_tokens: {len(forced_tokens)} given, {n_tokens - 1} needed for {n_tokens} steps")
-    run = ngram_steps if isinstance(parsed, NgramDraft) else kv_path_steps
-    return run(
-        model,
-        list(prompt_ids),
-        n_tokens,
-        parsed,
-        prefill_step_size=prefill_step_size,
-        forced_tokens=forced_tokens,
-        forced_prefix=prefix,
-    )
+    if n_tokens <= 0:
+        return iter(())
+    run = ComposedRun(model, list(prompt_ids), n_tokens, parsed, prefill_step_size, forced_tokens, prefix)
+    return ngram_steps(run) if isinstance(parsed, NgramDraft) else kv_path_steps(run)

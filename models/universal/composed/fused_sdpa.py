@@ -39,10 +39,12 @@ def fused_quantized_attention(
     q_values: QuantizedArrays,
     scale: float,
     mask: mx.array | str | None,
+    *,
     group_size: int,
     bits: int,
     n_chunk: int = 512,
 ) -> mx.array:
+    """The stock attention's arguments, the two quantization integers by keyword (no swap)."""
     if not takes_fused_path(queries, mask, group_size, bits):
         return quantized_scaled_dot_product_attention(queries, q_keys, q_values, scale, mask, group_size, bits)
 

@@ -26,8 +26,8 @@ import mlx.core as mx
 
 from models.universal.cache import KVCache
 from models.universal.composed.caches import QUANTIZED, RotatingQuantizedKVCache, cache_digest, quantize_layer
-from models.universal.composed.spec import Composition, FusedSDPA, MixedKV, RotatingQuantizedKV, StreamingKV
-from models.universal.composed.steps import ComposedStep, force_row, generation_stream
+from models.universal.composed.spec import Composition, FusedSDPA, MixedKV, RotatingQuantizedKV
+from models.universal.composed.steps import ComposedRun, ComposedStep, force_row, generation_stream
 from models.universal.generate import prefill_prompt
 from models.universal.model import UniversalLlama
 from models.universal.rotating_cache import RotatingKVCache
@@ -80,18 +80,8 @@ def converter(composition: Composition) -> Convert:
     return convert_all
 
 
-def kv_path_steps(
-    model: UniversalLlama,
-    prompt_ids: list[int],
-    n_tokens: int,
-    composition: MixedKV | StreamingKV | FusedSDPA | RotatingQuantizedKV,
-    *,
-    prefill_step_size: int,
-    forced_tokens: list[int] | None,
-    forced_prefix: list[int],
-) -> Iterator[ComposedStep]:
-    if n_tokens <= 0:
-        return
+def kv_path_steps(run: ComposedRun) -> Iterator[ComposedStep]:
+    model, composition, forced_tokens, forced_prefix = run.model, run.composition, run.forced_tokens, run.forced_prefix
     caches = initial_caches(model, composition)
     convert = converter(composition)
 
@@ -103,11 +93,11 @@ def kv_path_steps(
             logprobs = processed - mx.logsumexp(processed, keepdims=True)
             return logits, mx.argmax(logprobs, axis=-1)
 
-    prompt = prefill_prompt(model, caches, mx.array(prompt_ids), prefill_step_size, lambda: convert(caches))
+    prompt = prefill_prompt(model, caches, mx.array(run.prompt_ids), run.prefill_step_size, lambda: convert(caches))
 
     logits, token = step(prompt, 0)
     mx.async_eval(logits, token)
-    for index in range(n_tokens):
+    for index in range(run.n_tokens):
         # Like mlx-lm, the next step (past the last one too) is queued before this one is
         # handed out; teacher-forced, it is fed the forced token instead of the model's.
         if forced_tokens is not None and index < len(forced_tokens):
@@ -116,7 +106,7 @@ def kv_path_steps(
             fed = token
         next_logits, next_token = step(fed, index + 1)
         mx.async_eval(next_logits, next_token)
-        info = {"final_cache": cache_digest(caches)} if index == n_tokens - 1 else {}
+        info = {"final_cache": cache_digest(caches)} if index == run.n_tokens - 1 else {}
         yield ComposedStep(index=index, logits=logits[0], token=token.item(), info=info)
         if index % 256 == 0:
             mx.clear_cache()

@@ -36,9 +36,8 @@ import mlx.core as mx
 from models.universal.cache import KVCache
 from models.universal.composed.caches import cache_digest, trim
 from models.universal.composed.spec import NgramDraft
-from models.universal.composed.steps import ComposedStep, force_row, generation_stream
+from models.universal.composed.steps import ComposedRun, ComposedStep, force_row, generation_stream
 from models.universal.generate import prefill_prompt
-from models.universal.model import UniversalLlama
 from models.universal.prompt_cache import maybe_quantize_kv_cache
 
 
@@ -89,19 +88,10 @@ class NgramIndex:
         return []
 
 
-def ngram_steps(
-    model: UniversalLlama,
-    prompt_ids: list[int],
-    n_tokens: int,
-    composition: NgramDraft,
-    *,
-    prefill_step_size: int,
-    forced_tokens: list[int] | None,
-    forced_prefix: list[int],
-) -> Iterator[ComposedStep]:
-    if n_tokens <= 0:
-        return
-    c = composition
+def ngram_steps(run: ComposedRun) -> Iterator[ComposedStep]:
+    model, n_tokens, forced_tokens, forced_prefix = run.model, run.n_tokens, run.forced_tokens, run.forced_prefix
+    prompt_ids = run.prompt_ids
+    c: NgramDraft = run.composition
     caches: list[Any] = [KVCache() for _ in model.layers]
     processed = bool(forced_prefix)  # optiq's logits-processor path
 
@@ -133,7 +123,7 @@ def ngram_steps(
 
     index = NgramIndex(c.ngram_min, c.ngram_max)
     index.extend(prompt_ids)
-    prompt = prefill_prompt(model, caches, mx.array(prompt_ids, dtype=mx.uint32), prefill_step_size, quantize)
+    prompt = prefill_prompt(model, caches, mx.array(prompt_ids, dtype=mx.uint32), run.prefill_step_size, quantize)
 
     drafted_total = accepted_total = 0
     reported = [0, 0]  # the counters at the previous yield

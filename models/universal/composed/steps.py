@@ -9,7 +9,7 @@ import mlx.core as mx
 
 from models.universal.generate import force_row, generation_stream
 
-__all__ = ["ComposedStep", "force_row", "generation_stream"]
+__all__ = ["ComposedRun", "ComposedStep", "force_row", "generation_stream"]
 
 
 @dataclass(frozen=True)
@@ -27,3 +27,18 @@ class ComposedStep:
     logits: mx.array  # (vocab,)
     token: int
     info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ComposedRun:
+    """One composed run as `composed_steps` hands it to a path, every field validated: the
+    model, the prompt, how many steps, the parsed composition, the prefill chunk, the
+    teacher-forced tokens (None: free-running) and mlx-lm's forced prefix ([]: none)."""
+
+    model: Any  # a models.universal.model.UniversalLlama
+    prompt_ids: list[int]
+    n_tokens: int
+    composition: Any  # a models.universal.composed.spec.Composition
+    prefill_step_size: int
+    forced_tokens: list[int] | None
+    forced_prefix: list[int]
