@@ -43,9 +43,7 @@ from harness.profile.load import find_profile
 from harness.records import ScenarioRecord
 from harness.repeat import check_deterministic, forced_run_repeats_free
 from harness.runners import InTreeRunner, ModelHook
-from harness.runners.llama import LlamaRunner
 from harness.runners.oracle import OracleRunner
-from harness.runners.whisper import WhisperRunner
 from harness.timing import clock, in_tree_phase
 
 
@@ -142,14 +140,10 @@ class ParitySession:
 
     def runner(self, profile: Profile) -> InTreeRunner:
         if profile.name not in self._runners:
-            runners = {"universal-llama": LlamaRunner, "whisper": WhisperRunner}
-            if profile.implementation not in runners:
-                raise HarnessError(f"{profile.name}: no in-tree runner for implementation {profile.implementation!r}")
+            runner_class = profile.under_test.runner_class()
             model_dir = self.artifact(profile).model_dir
             with clock.phase("in-tree load"):
-                self._runners[profile.name] = runners[profile.implementation](
-                    model_dir, self.model_hook, label=f"{profile.name}/"
-                )
+                self._runners[profile.name] = runner_class(model_dir, self.model_hook, label=f"{profile.name}/")
         return self._runners[profile.name]
 
     def intree(self, profile: Profile, scenario: Scenario, mode: str) -> ScenarioRecord:
@@ -212,8 +206,6 @@ class ParitySession:
         The scenario's first check then uses the run as made: same runner, same spec, validated
         the same way; its determinism repeat and teacher-forced run come later, as always. A run
         that fails here is dropped: the check runs it again and reports the error there."""
-        if profile.implementation not in ("universal-llama", "whisper"):
-            return
         for scenario in self.lifecycle.scenarios_in_scope(profile):
             key = (profile.name, scenario.id)
             if done():
@@ -320,7 +312,7 @@ class ParitySession:
     def _localize(self, profile: Profile, scenario: Scenario, row: int) -> Localization | None:
         planned = profile.planned(scenario)
         spec, oracle = runnable_spec(planned.spec_dict()), planned.oracle
-        if profile.implementation != "universal-llama" or not can_localize(spec, oracle):
+        if not profile.under_test.localizes or not can_localize(spec, oracle):
             return None
         golden = self.golden(profile, scenario).record
         expected = oracle_module_outputs(oracle, self.artifact(profile).model_dir, spec, row)

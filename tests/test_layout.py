@@ -96,7 +96,7 @@ def test_the_stray_list_scan_finds_a_list_of_check_names(tmp_path: Path) -> None
 
 def test_every_check_applies_somewhere_and_says_how_it_is_judged() -> None:
     for check in CHECKS.values():
-        assert check.implementations and check.what, check.name
+        assert check.records and check.what, check.name
         assert check.run in ("free", "teacher_forced", "compiled", "session", "vad"), check.name
         assert check.judges in ("bits", "tokens", "tolerance"), check.name
         assert (check.compare is None) == (check.run in ("session", "vad")), check.name
@@ -137,6 +137,47 @@ def test_the_name_branch_scan_finds_a_comparison() -> None:
     assert _name_branches(source, "p.py", {"writers", "mel"}) == [
         "p.py:2: compares with 'writers'",
         "p.py:2: compares with 'mel'",
+    ]
+
+
+# Where an implementation's name is a literal that means something else, with what it means.
+NOT_AN_IMPLEMENTATION = {
+    ("harness/artifacts/convert/ct2_whisper.py", "whisper"): "the converted config's Hugging Face model_type",
+    ("harness/artifacts/twins/whisper.py", "whisper"): "the twin config's Hugging Face model_type",
+    ("harness/goldens/vad.py", "silero-vad"): "the oracle venv's silero-vad distribution",
+    ("harness/oracle/descriptor.py", "silero-vad"): "the oracle's name",
+}
+
+
+def _implementation_literals(source: str, where: str, names: set[str]) -> list[tuple[str, str]]:
+    """Every string literal that is an implementation's name, as (where:line, name)."""
+    return [
+        (f"{where}:{node.lineno}", node.value)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names
+    ]
+
+
+def test_no_module_but_the_implementation_table_names_an_implementation() -> None:
+    """Issue 33 part 1: an implementation is its package and a row of harness/implementations.py;
+    what applies to it follows from what it produces (LLM, SPEECH or VAD records)."""
+    from harness.implementations import IMPLEMENTATIONS
+
+    table = HARNESS / "implementations.py"
+    stray = []
+    for path in _modules().values():
+        where = str(path.relative_to(REPO_ROOT))
+        if path != table:
+            found = _implementation_literals(path.read_text(), where, set(IMPLEMENTATIONS))
+            stray += [f"{at}: {name!r}" for at, name in found if (where, name) not in NOT_AN_IMPLEMENTATION]
+    assert not stray, "say it in the implementation's row (harness/implementations.py):\n" + "\n".join(stray)
+
+
+def test_the_implementation_scan_finds_a_name() -> None:
+    source = "RUNNERS = {'whisper': 1}\nif impl == 'universal-llama':\n    pass\n"
+    assert _implementation_literals(source, "p.py", {"whisper", "universal-llama"}) == [
+        ("p.py:1", "whisper"),
+        ("p.py:2", "universal-llama"),
     ]
 
 

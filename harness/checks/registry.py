@@ -41,12 +41,11 @@ from harness.checks.tokens import (
     without_logprob_fields,
 )
 from harness.errors import HarnessError
+from harness.implementations import LLM, SPEECH, VAD
 from harness.records import ScenarioRecord, array_sha256
 
 Judge = Callable[[ScenarioRecord, ScenarioRecord], CheckResult]  # golden, in-tree -> verdict
 ContextJudge = Callable[[CheckContext], CheckResult]  # a check over several runs
-
-LLAMA, WHISPER, VAD = "universal-llama", "whisper", "silero-vad"
 
 
 @dataclass(frozen=True)
@@ -55,7 +54,7 @@ class Check:
     what: str  # one line: what it compares
     run: str  # the in-tree run judged: "free", "teacher_forced", "compiled"; "session": several runs,
     # judged by ParitySession itself; "vad": judged by the VAD gate per fixture
-    implementations: tuple[str, ...]
+    records: tuple[str, ...]  # the record kinds it judges (harness/implementations.py: LLM, SPEECH, VAD)
     judges: str  # "bits": raw bits, never allclose; "tokens": what is decided from the floats
     # (tokens, text, timestamps, bytes), so a foreign-framework oracle can be judged; "tolerance"
     default: bool = False  # in a Llama profile's checks when it names none
@@ -130,7 +129,7 @@ def _speculative_wanted(profile: Any, s: Any) -> str | None:
     if s.draft is None:
         return None
     return (
-        f".checks: a draft scenario names 'speculative' and only {of_run(LLAMA, 'free')}; speculative missing "
+        f".checks: a draft scenario names 'speculative' and only {of_run(LLM, 'free')}; speculative missing "
         "(teacher forcing and the compiled decode do not apply)"
     )
 
@@ -166,74 +165,74 @@ _BEAM_REORDER = _BEAM + "test_beam_rows_whose_cache_is_not_reordered_fail_decode
 _VAD = "tests/test_vad.py::"
 
 _TABLE = (
-    Check("prompt_identity", "the prompt's token ids", "free", (LLAMA,), "bits", True,
+    Check("prompt_identity", "the prompt's token ids", "free", (LLM,), "bits", True,
           lambda g, a: compare_prompt("prompt_identity", g, a)),
-    Check("prefill_logits", "the prompt's last-position logits", "free", (LLAMA, WHISPER), "bits", True,
+    Check("prefill_logits", "the prompt's last-position logits", "free", (LLM, SPEECH), "bits", True,
           _steps("prefill_logits", _prefill), rows=_prefill, localized=True),
-    Check("decode_logits", "every decode step's logits, free-running", "free", (LLAMA, WHISPER), "bits", True,
+    Check("decode_logits", "every decode step's logits, free-running", "free", (LLM, SPEECH), "bits", True,
           _steps("decode_logits", _decode), rows=_decode, localized=True, exercises=DECODE_LOGITS),
     Check("teacher_forced_logits", "every step's logits, fed the golden's tokens", "teacher_forced",
-          (LLAMA, WHISPER), "bits", True, _steps("teacher_forced_logits", _every_step), rows=_every_step,
+          (LLM, SPEECH), "bits", True, _steps("teacher_forced_logits", _every_step), rows=_every_step,
           localized=True),
-    Check("greedy_tokens", "the chosen tokens", "free", (LLAMA, WHISPER), "bits", True,
+    Check("greedy_tokens", "the chosen tokens", "free", (LLM, SPEECH), "bits", True,
           lambda g, a: compare_tokens("greedy_tokens", g, a), digest_tokens=True),
-    Check("eos_stop", "where generation stops", "free", (LLAMA,), "bits", True,
+    Check("eos_stop", "where generation stops", "free", (LLM,), "bits", True,
           lambda g, a: compare_eos("eos_stop", g, a), digest_tokens=True,
           failing_tests=("tests/test_gate_fails.py::test_a_run_that_does_not_stop_at_eos_fails_eos_stop",),
           exercises=EOS_STOP),
     Check("detokenize", "streamed text pieces, one per token, and the full decode (fed the golden's ids)",
-          "teacher_forced", (LLAMA,), "tokens", True, compare_stream_text,
+          "teacher_forced", (LLM,), "tokens", True, compare_stream_text,
           failing_tests=("tests/test_detokenize.py::test_detokenize_fails_on_an_in_tree_stream_that_drops_a_byte",),
           exercises=DETOKENIZE),
-    Check("draft_stats", "drafted / accepted counts of every step (L2 drafting)", "free", (LLAMA,), "bits",
+    Check("draft_stats", "drafted / accepted counts of every step (L2 drafting)", "free", (LLM,), "bits",
           compare=_json("draft_stats", "drafted/accepted counts", lambda r: r.extra.get("step_info")),
           applies=scope.draft_stats_applies),
     Check("speculative", "draft-model speculative decoding: every verify row, accepted counts, tokens, draft cache",
-          "free", (LLAMA,), "bits", compare=judge_speculative, rejudge_failures=True,
+          "free", (LLM,), "bits", compare=judge_speculative, rejudge_failures=True,
           failing_tests=("tests/test_speculative.py::test_an_acceptance_rule_off_by_one_fails_the_speculative_gate",),
           exercises=SPECULATIVE,
           applies=scope.speculative_applies, wanted=_speculative_wanted),
-    Check("compiled_decode", "the compiled single-token decode loop, every row and token", "compiled", (LLAMA,),
+    Check("compiled_decode", "the compiled single-token decode loop, every row and token", "compiled", (LLM,),
           "bits", compare=_compiled_decode, rows=_every_step,
           failing_tests=("tests/test_compiled_decode.py::"
                          "test_compiled_decode_check_fails_through_the_session_on_a_perturbed_trace",),
           applies=scope.compiled_applies),
     Check("response", "mlx-lm server's reasoning / content / tool_calls split, streamed chunks and whole",
-          "teacher_forced", (LLAMA,), "bits", compare=check_response,
+          "teacher_forced", (LLM,), "bits", compare=check_response,
           failing_tests=("tests/test_response.py::test_response_fails_on_a_parser_that_reads_a_number_as_a_string",
                          "tests/test_response.py::test_response_fails_when_a_forced_text_encodes_differently"),
           exercises=RESPONSE,
           applies=scope.response(True), wanted=scope.response(False)),
-    Check("mel", "the log-mel spectrogram", "free", (WHISPER,), "bits",
+    Check("mel", "the log-mel spectrogram", "free", (SPEECH,), "bits",
           compare=lambda g, a: compare_array("mel", g, a, "mel"), array="mel"),
-    Check("encoder_output", "the audio encoder's output", "free", (WHISPER,), "bits",
+    Check("encoder_output", "the audio encoder's output", "free", (SPEECH,), "bits",
           compare=lambda g, a: compare_array("encoder_output", g, a, "encoder"), array="encoder"),
-    Check("transcript", "the transcript, log-probs included", "free", (WHISPER,), "bits",
+    Check("transcript", "the transcript, log-probs included", "free", (SPEECH,), "bits",
           compare=_json("transcript", "transcript", lambda r: r.extra.get("transcript")), exercises=TRANSCRIPT),
-    Check("fallback_decisions", "decode calls and temperature-fallback decisions", "free", (WHISPER,), "bits",
+    Check("fallback_decisions", "decode calls and temperature-fallback decisions", "free", (SPEECH,), "bits",
           compare=_json("fallback_decisions", "decode calls and fallback decisions", fallback_decisions)),
-    Check("decode_tokens", "every row's token and each decode call's chosen tokens", "free", (WHISPER,), "tokens",
+    Check("decode_tokens", "every row's token and each decode call's chosen tokens", "free", (SPEECH,), "tokens",
           compare=decode_tokens, digest_tokens=True,
           failing_tests=(*_TOKEN_LEVEL_TESTS, _BEAM_RANKING, _BEAM_REORDER)),
     Check("transcript_text", "the transcript's text, tokens and timestamps (log-probs left out)", "free",
-          (WHISPER,), "tokens",
+          (SPEECH,), "tokens",
           compare=_json("transcript_text", "transcript (text, tokens, timestamps; log-prob floats left out)",
                       lambda r: without_logprob_fields(r.extra.get("transcript"))),
           failing_tests=(*_TOKEN_LEVEL_TESTS, _BEAM_RANKING)),
-    Check("writers", "txt, vtt, srt, tsv and json writers' bytes", "session", (WHISPER,), "tokens",
+    Check("writers", "txt, vtt, srt, tsv and json writers' bytes", "session", (SPEECH,), "tokens",
           failing_tests=("tests/test_whisper_writers.py::test_a_line_width_off_by_one_fails_naming_a_subtitle_format",
                          "tests/test_exercise_words.py::"
                          "test_truncated_milliseconds_fail_the_writers_gate_only_where_the_path_is_walked"),
           exercises=WRITERS,
           judge_runs=_judge_writers, needs=(ORACLE_JOB,), wanted=scope.writers_wanted),
     Check("streamed_transcript", "the streaming transcriber (1, 7, 30 s chunks) against the batch run, in-tree",
-          "session", (WHISPER,), "bits",
+          "session", (SPEECH,), "bits",
           failing_tests=("tests/test_whisper_stream.py::test_a_stream_that_drops_the_last_window_fails_the_gate",),
           exercises=STREAMED,
           judge_runs=_judge_streamed, needs=(FREE, STREAM),
           applies=scope.streamed_applies, wanted=scope.streamed_wanted),
     Check("token_budget", "L2 fast path: differing tokens within a calibrated budget, each a near-tie",
-          "session", (WHISPER,), "tokens",
+          "session", (SPEECH,), "tokens",
           failing_tests=("tests/test_whisper_fast.py::test_the_gate_fails_a_fast_path_whose_logits_are_scaled_by_1_01",
                          "tests/test_whisper_fast.py::test_the_gate_fails_an_attention_scale_one_ulp_off",
                          "tests/test_whisper_fast.py::test_the_gate_fails_a_budget_edited_away_from_its_record"),
@@ -261,14 +260,14 @@ def get(name: str) -> Check:
     return CHECKS[name]
 
 
-def of(implementation: str) -> list[str]:
-    """The checks a profile of this implementation may name, in table order."""
-    return [c.name for c in _TABLE if implementation in c.implementations]
+def of(records: str) -> list[str]:
+    """The checks a profile whose implementation produces `records` may name, in table order."""
+    return [c.name for c in _TABLE if records in c.records]
 
 
-def of_run(implementation: str, run: str) -> list[str]:
-    """The checks of this implementation that judge this in-tree run ("free", ...)."""
-    return [c.name for c in _TABLE if implementation in c.implementations and c.run == run]
+def of_run(records: str, run: str) -> list[str]:
+    """The checks of these records that judge this in-tree run ("free", ...)."""
+    return [c.name for c in _TABLE if records in c.records and c.run == run]
 
 
 def defaults() -> list[str]:

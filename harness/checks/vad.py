@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from harness.checks import registry
-from harness.checks.registry import VAD
 from harness.coverage import SCENARIO as PROFILE_SCENARIO
 from harness.coverage import Coverage
 from harness.goldens.vad import OracleResult
+from harness.implementations import VAD
 from harness.paths import FIXTURES_DIR
 from harness.profile.vad import VAD_TIER, VadProfile
 from harness.report import ItemResult

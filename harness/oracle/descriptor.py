@@ -1,5 +1,5 @@
 """What the harness knows of each oracle, in one table: its framework family, the
-distributions that identify it, the implementations it judges and the scripts it runs.
+distributions that identify it, the records it judges and the scripts it runs.
 
 Everything else reads these descriptors (the venv builder, the golden key, the profile
 validator, the quality runs, the process seam in harness/oracle/process.py); a new oracle of
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import OracleError
+from harness.implementations import LLM, SPEECH, VAD
 from harness.paths import oracles_dir
 
 FAMILIES = ("mlx", "torch")
@@ -25,11 +26,12 @@ class OracleDescriptor:
       (harness/provenance.py, golden_key), whether its venv may hold mlx, and how its venv is
       built (a torch oracle's pins are resolved first, and a CUDA build refused).
     - `distributions`: the installed distributions whose versions identify its interpreter.
-    - `serves`: the implementations (a profile's `implementation`) whose scenarios it may judge.
+    - `serves`: the record kinds (harness/implementations.py: LLM, SPEECH, VAD) whose scenarios
+      it may judge: any implementation producing them.
     - `scripts`: the files under `oracles/<name>/` the harness runs, every one as
       `python -I <script> --job JOB.json --out DIR` (harness/oracle/process.py).
     - `composes`: it judges composed (L2) paths, and only those.
-    - `quality_for`: the implementations whose quality pairs it measures (`quality.py`).
+    - `quality_for`: the record kinds whose quality pairs it measures (`quality.py`).
     - `features`: the paths beyond a decode that its generator records, so that a scenario
       may ask for them: `response` (the server's response parser), `draft` (speculative
       decoding with a draft model), `stop` (stopping at EOS as stream_generate does).
@@ -65,16 +67,16 @@ ORACLES = {
             "mlx-lm",
             family="mlx",
             distributions=("mlx", "mlx-lm", "transformers"),
-            serves=("universal-llama",),
+            serves=(LLM,),
             scripts=("generate.py", "diagnose.py", "quality.py", "bench.py", "bench_kv.py"),
-            quality_for=("universal-llama",),
+            quality_for=(LLM,),
             features=("response", "draft", "stop"),
         ),
         OracleDescriptor(
             "mlx-optiq",
             family="mlx",
             distributions=("mlx", "mlx-lm", "mlx-optiq", "transformers"),
-            serves=("universal-llama",),
+            serves=(LLM,),
             scripts=("generate.py", "quality.py", "bench_kv.py"),
             composes=True,
         ),
@@ -82,22 +84,22 @@ ORACLES = {
             "mlx-whisper",
             family="mlx",
             distributions=("mlx", "mlx-whisper"),
-            serves=("whisper",),
+            serves=(SPEECH,),
             scripts=("generate.py", "quality.py", "calibrate.py", "writers.py", "bench.py"),
-            quality_for=("whisper",),
+            quality_for=(SPEECH,),
         ),
         OracleDescriptor(
             "openai-whisper",
             family="torch",
             distributions=("openai-whisper", "torch"),
-            serves=("whisper",),
+            serves=(SPEECH,),
             scripts=("generate.py",),
         ),
         OracleDescriptor(
             "silero-vad",
             family="torch",
             distributions=("torch",),
-            serves=("vad",),
+            serves=(VAD,),
             scripts=("generate.py",),
         ),
     )
@@ -126,8 +128,9 @@ def oracle_family(oracle: str) -> str:
     return descriptor(oracle).family
 
 
-def oracles_serving(implementation: str) -> tuple[str, ...]:
-    return tuple(name for name, o in ORACLES.items() if implementation in o.serves)
+def oracles_serving(records: str) -> tuple[str, ...]:
+    """The oracles that judge records of this kind (harness/implementations.py)."""
+    return tuple(name for name, o in ORACLES.items() if records in o.serves)
 
 
 def with_feature(feature: str) -> tuple[str, ...]:
@@ -135,9 +138,9 @@ def with_feature(feature: str) -> tuple[str, ...]:
     return tuple(name for name, o in ORACLES.items() if feature in o.features)
 
 
-def quality_oracle(implementation: str) -> str:
-    """The oracle that measures `implementation`'s quality pairs (its plain side)."""
+def quality_oracle(records: str) -> str:
+    """The oracle that measures the quality pairs of records of this kind (their plain side)."""
     for name, o in ORACLES.items():
-        if implementation in o.quality_for:
+        if records in o.quality_for:
             return name
-    raise OracleError(f"no oracle measures the quality of implementation {implementation!r}")
+    raise OracleError(f"no oracle measures the quality of {records!r} records")

@@ -9,6 +9,14 @@ from typing import Any, Literal
 
 from harness.checks import registry
 from harness.errors import ProfileError
+from harness.implementations import (
+    INTREE_COMPOSITIONS,
+    LLM,
+    PROFILE_IMPLEMENTATIONS,
+    SPEECH,
+    ImplementationDescriptor,
+    implementation,
+)
 from harness.oracle.descriptor import COMPOSED_ORACLE, ORACLES
 from harness.paths import REPO_ROOT
 from harness.profile.bounds import _check_budget, _check_counts, _check_message
@@ -19,16 +27,11 @@ from harness.profile.response import ResponseSpec
 
 # Any check of the registry; which apply to a profile is checked against its implementation.
 CheckName = Literal[tuple(registry.CHECKS)]  # type: ignore[valid-type]
-# Compositions an implementation runs in-tree only: judged at L2 against the plain oracle's
-# reference path, within a budget whose every counted difference is explained.
-INTREE_COMPOSITIONS = {"whisper": ("whisper-fast",)}
+# The implementations a parity profile may name (harness/implementations.py).
+ImplementationName = Literal[PROFILE_IMPLEMENTATIONS]  # type: ignore[valid-type]
 GENERATION_OPTIONS = ("forced_prefix", "kv_bits", "kv_group_size", "quantized_kv_start", "max_kv_size")
-# At most this many decode steps per run (per turn, per row): the profiles use up to 32; a
-# typo like 1000000000 would otherwise run (and write goldens) for days.
 # The oracles a language-model or speech profile may name (harness/oracle/descriptor.py).
-OracleName = Literal[  # type: ignore[valid-type]
-    tuple(name for name, o in ORACLES.items() if {"universal-llama", "whisper"} & set(o.serves))
-]
+OracleName = Literal[tuple(n for n, o in ORACLES.items() if {LLM, SPEECH} & set(o.serves))]  # type: ignore[valid-type]
 
 
 @dataclass(frozen=True)
@@ -200,7 +203,7 @@ class Scenario:
         if self.composition is not None:
             if not isinstance(self.composition.get("kind"), str):
                 raise ProfileError(f"{where}.composition.kind: expected a string naming the composed path")
-            if self.composition["kind"] in INTREE_COMPOSITIONS["whisper"]:
+            if self.composition["kind"] in INTREE_COMPOSITIONS:
                 _check_budget(self.composition, f"{where}.composition")
                 if self.tier == "L1" or self.oracle is not None:
                     raise ProfileError(
@@ -267,7 +270,7 @@ class Profile:
     """One model under test: what it is, what judges it, with which weights, on which prompts."""
 
     name: str
-    implementation: Literal["universal-llama", "whisper"]
+    implementation: ImplementationName
     tier: Literal["L1", "L2"]
     oracle: OracleName
     artifact: ArtifactSpec
@@ -319,9 +322,12 @@ class Profile:
 
     def intree_composition(self, s: Scenario) -> bool:
         """A composition the oracle does not run: it computes its reference path instead."""
-        return s.composition is not None and s.composition.get("kind") in INTREE_COMPOSITIONS.get(
-            self.implementation, ()
-        )
+        return s.composition is not None and s.composition.get("kind") in self.under_test.compositions
+
+    @property
+    def under_test(self) -> ImplementationDescriptor:
+        """The implementation under test (harness/implementations.py)."""
+        return implementation(self.implementation)
 
     def expected_rows(self, s: Scenario) -> int | None:
         """How many logits rows both sides must produce; None when the run decides (speech)."""

@@ -17,6 +17,7 @@ import dataclasses
 from typing import Any
 
 from harness.errors import ProfileError
+from harness.implementations import LLM
 from harness.oracle.descriptor import with_feature
 
 # The recipe of a `requantize` draft, in its scenario hash and cache key: bump it whenever
@@ -51,7 +52,7 @@ def draft_checks() -> list[str]:
     nor the compiled single-token decode."""
     from harness.checks import registry
 
-    return registry.of_run(registry.LLAMA, "free")
+    return registry.of_run(LLM, "free")
 
 
 def draft_artifact(draft: dict[str, Any], where: str) -> Any:

@@ -12,9 +12,10 @@ from typing import Any, Literal, Union
 
 from harness.checks import registry
 from harness.errors import ProfileError, UnknownModelError
+from harness.implementations import SPEECH
 from harness.oracle.descriptor import MLX_FREE_ORACLES, oracles_serving, with_feature
 from harness.paths import REPO_ROOT, profiles_dir
-from harness.profile import INTREE_COMPOSITIONS, Profile
+from harness.profile import Profile
 from harness.profile.bounds import MAX_STEPS
 from harness.profile.draft import check_draft_scenario
 from harness.profile.inputs import check_wav, read_yaml
@@ -160,14 +161,14 @@ def load_profile(path: Path) -> Profile:
 def _check_profile(profile: Profile) -> None:
     if not profile.scenarios:
         raise ProfileError("scenarios: expected at least one scenario")
-    allowed_oracles = oracles_serving(profile.implementation)
-    allowed_checks = registry.of(profile.implementation)
+    allowed_oracles = oracles_serving(profile.under_test.produces)
+    allowed_checks = registry.of(profile.under_test.produces)
     if profile.oracle != allowed_oracles[0]:
         raise ProfileError(
             f"oracle: {profile.implementation} is judged by {allowed_oracles[0]!r} (and single scenarios by "
             f"{list(allowed_oracles[1:])} where they say so), got {profile.oracle!r}"
         )
-    speech = profile.implementation == "whisper"
+    speech = profile.under_test.produces == SPEECH
     seen: set[str] = set()
     for i, s in enumerate(profile.scenarios):
         where = f"scenarios[{i}]"
@@ -215,7 +216,7 @@ def _check_profile(profile: Profile) -> None:
         if s.composition is not None and speech and not profile.intree_composition(s):
             raise ProfileError(
                 f"{where}.composition.kind: {s.composition['kind']!r} is not a {profile.implementation} composition; "
-                f"known: {list(INTREE_COMPOSITIONS[profile.implementation])}"
+                f"known: {list(profile.under_test.compositions)}"
             )
         if profile.oracle_of(s) in MLX_FREE_ORACLES:
             bad = [c for c in profile.checks(s) if registry.get(c).judges != "tokens"]

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from harness.errors import ProfileError
+from harness.implementations import LLM, SPEECH
 from harness.oracle.descriptor import COMPOSED_ORACLE, quality_oracle
 from harness.profile.draft import validate_requantize
 
@@ -96,7 +97,7 @@ class KVSetting:
 
     @property
     def oracle(self) -> str:
-        return COMPOSED_ORACLE if self.kind in OPTIQ_KINDS else quality_oracle("universal-llama")
+        return COMPOSED_ORACLE if self.kind in OPTIQ_KINDS else quality_oracle(LLM)
 
     def composition(self) -> dict[str, Any] | None:
         """The L2 composition dict (models/universal/composed) of an optiq setting, else None."""
@@ -231,7 +232,7 @@ class QualityPair:
     @property
     def oracle_of_llm(self) -> str:
         """The venv that measures a language-model pair: mlx-optiq for its compositions, else mlx-lm."""
-        return self.candidate.kv.oracle if self.candidate.kv else quality_oracle("universal-llama")
+        return self.candidate.kv.oracle if self.candidate.kv else quality_oracle(LLM)
 
 
 @dataclass(frozen=True)
@@ -300,7 +301,7 @@ def check_quality(profile: Any) -> None:
         return
     from harness.paths import REPO_ROOT
 
-    speech = profile.implementation == "whisper"
+    speech = profile.under_test.produces == SPEECH
     if speech and q.corpus is not None:
         raise ProfileError(
             "quality.corpus: a speech profile is measured on audio fixtures ('fixtures'), not a text corpus"

@@ -16,6 +16,7 @@ from typing import Any
 from harness import HARNESS_VERSION
 from harness.artifacts.files import sha256_file
 from harness.errors import HarnessError, ProfileError
+from harness.implementations import SPEECH, sources_of
 from harness.oracle.descriptor import quality_oracle
 from harness.paths import REPO_ROOT
 from harness.profile import Profile
@@ -99,7 +100,7 @@ def measure_pair(
     index = [p.id for p in profile.quality.pairs].index(pair.id)
     where = f"quality.pairs[{index}]"
     control = resolve_side(profile, pair.control, f"{where}.control")
-    if profile.implementation == "whisper":
+    if profile.under_test.produces == SPEECH:
         return _measure_whisper(profile, pair, where, control, on_progress)
     candidate = resolve_side(profile, pair.candidate, f"{where}.candidate")
     check_pair_sides(where, control, candidate)
@@ -284,7 +285,7 @@ def _measure_whisper(profile, pair, where, control, on_progress) -> PairResult:
     summary = summarize_whisper(results)
     return PairResult(
         pair=pair,
-        oracle=quality_oracle("whisper"),
+        oracle=quality_oracle(SPEECH),
         control=control,
         candidate=candidate,
         summary=summary,
@@ -305,12 +306,12 @@ def speech_oracle_facts(layer: Any) -> dict[str, Any]:
     from harness.paths import oracles_dir
     from harness.provenance import golden_key
 
-    oracle = quality_oracle("whisper")
+    oracle = quality_oracle(SPEECH)
     script = oracles_dir() / oracle / "quality.py"
     layer_file = getattr(layer, "__file__", None)
     layer_sources = sorted(Path(layer_file).parent.glob("whisper*.py")) if layer_file else []
     record = REPO_ROOT / "harness" / "runners" / "whisper_record.py"  # the transcriptions' recorder
-    sources = [*layer_sources, record, *sorted((REPO_ROOT / "models" / "whisper").glob("*.py"))]
+    sources = [*layer_sources, record, *sources_of(SPEECH)]
     return {
         "name": oracle,
         "pins_hash": oracle_pins_hash(oracle),

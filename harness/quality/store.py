@@ -23,6 +23,7 @@ import numpy as np
 
 from harness.artifacts.files import building_dir, sha256_file
 from harness.fileio import atomic_write_json
+from harness.implementations import LLM, sources_of
 from harness.paths import REPO_ROOT, cache_root
 from harness.quality.intree import CrossCheck
 from harness.quality.records import Measurement, MeasurementError, TokenArrays
@@ -43,9 +44,9 @@ def entry_dir(profile: str, pair: str, key: dict[str, Any]) -> Path:
 
 
 def intree_source_hash() -> str:
-    """The in-tree code a cross-check ran: models/universal and the cross-check itself."""
+    """The in-tree code a cross-check ran: the LLM implementation's package and the cross-check itself."""
     digest = hashlib.sha256()
-    paths = sorted((REPO_ROOT / "models" / "universal").rglob("*.py")) + [REPO_ROOT / "harness/quality/intree.py"]
+    paths = sources_of(LLM) + [REPO_ROOT / "harness/quality/intree.py"]
     for path in paths:
         digest.update(path.relative_to(REPO_ROOT).as_posix().encode() + b"\0" + sha256_file(path).encode())
     return digest.hexdigest()

@@ -43,6 +43,7 @@ from harness.checks.tokens import is_near_tie, margin_shift
 from harness.errors import HarnessError
 from harness.fileio import atomic_write_bytes
 from harness.goldens.calibration import CalibrationRecord, golden_identity, write_record
+from harness.implementations import SPEECH
 from harness.oracle.process import OracleProcess
 from harness.paths import REPO_ROOT, cache_root, shown
 from harness.profile import Profile
@@ -252,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
         from harness.artifacts.resolve import resolve_artifact
 
         profile = find_profile(args.model)
-        if profile.implementation != "whisper":
+        if profile.under_test.produces != SPEECH:
             raise HarnessError(
                 f"{profile.name}: calibration derives Whisper token budgets; this is {profile.implementation}"
             )
