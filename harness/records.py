@@ -9,6 +9,9 @@ temperature attempt, batch members interleaved step-major). Their rows are stack
 `logits` in order; `extra` says where each segment starts (`row_offset`), how many steps
 it has and how many members its batch holds. Named `arrays` carry the other tensors a
 scenario is judged on (a log-mel spectrogram, encoder outputs).
+
+The files and fields are a versioned interface, docs/records.md; harness/records_schema.py
+checks a record's meta against it before a record is built from it.
 """
 
 from __future__ import annotations
@@ -23,11 +26,7 @@ from typing import Any
 import numpy as np
 
 from harness.errors import RecordError
-
-# Keys of a record's `extra` whose list describes its segments, and how a row names one.
-SEGMENT_KEYS = {"turns": "turn", "rows": "batch row", "decode_calls": "decode call"}
-# Everything besides tokens and tensors that a generator reports and the gates judge.
-EXTRA_KEYS = (*SEGMENT_KEYS, "transcript", "step_info", "finish_reason", "server_response", "stream_text")
+from harness.records_schema import EXTRA_KEYS, SEGMENT_KEYS, check_meta, check_result
 
 
 @dataclass(frozen=True)
@@ -240,6 +239,9 @@ class ScenarioRecord:
     def from_meta(
         cls, meta: dict[str, Any], logits: np.ndarray, where: str, arrays: dict[str, np.ndarray] | None = None
     ) -> ScenarioRecord:
+        """A record from its meta (docs/records.md), checked first: a wrong field is an error
+        naming it, never a silent coercion."""
+        check_meta(meta, where)
         try:
             return cls(
                 scenario_id=str(meta["scenario_id"]),
@@ -266,8 +268,9 @@ def read_generator_output(out_dir: Path) -> tuple[dict[str, Any], dict[str, Scen
         result = json.loads(result_path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise RecordError(f"{result_path}: unreadable generator result: {e}") from None
+    check_result(result, str(result_path))
     records, errors = {}, {}
-    for sid, meta in result.get("scenarios", {}).items():
+    for sid, meta in result["scenarios"].items():
         if "error" in meta:
             errors[sid] = str(meta["error"])
             continue
