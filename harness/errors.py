@@ -1,5 +1,11 @@
 """One exception family, so every bad input ends in one clear message and a non-zero exit."""
 
+import difflib
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
+
+T = TypeVar("T")
+
 
 class HarnessError(Exception):
     """Base of every error the harness reports to a user (no traceback needed)."""
@@ -55,3 +61,25 @@ class NothingComparedError(HarnessError):
 
 class InTreeRunError(HarnessError):
     """The in-tree run did not do what its check asked of it (e.g. a compiled decode that fell back)."""
+
+
+def table_row(
+    table: Mapping[str, T],
+    name: str,
+    what: str,
+    how_to_add: str,
+    error: type[HarnessError] = HarnessError,
+) -> T:
+    """`table[name]`, or `error` naming the unknown `what`, the closest known names and how one is added."""
+    try:
+        return table[name]
+    except KeyError:
+        raise error(f"{unknown(name, table, what)} ({how_to_add})") from None
+
+
+def unknown(name: str, known: Iterable[str], what: str, known_as: str = "expected one of") -> str:
+    """'unknown model 'smolm2': did you mean 'smollm2-135m'? known models: …' (difflib's close matches)."""
+    known = sorted(known)
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
+    return f"unknown {what} {name!r}: {hint}{known_as}: {', '.join(known) or '(none)'}"

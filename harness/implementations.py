@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.errors import HarnessError
+from harness.errors import table_row
 from harness.paths import REPO_ROOT
 
 # The records an implementation produces (harness/records.py; the oracles' generators make the same):
@@ -97,13 +97,12 @@ INTREE_COMPOSITIONS = tuple(c for d in IMPLEMENTATIONS.values() for c in d.compo
 
 
 def implementation(name: str) -> ImplementationDescriptor:
-    try:
-        return IMPLEMENTATIONS[name]
-    except KeyError:
-        raise HarnessError(
-            f"unknown implementation {name!r}: expected one of {sorted(IMPLEMENTATIONS)} "
-            "(a new implementation is its package and a row in harness/implementations.py)"
-        ) from None
+    return table_row(
+        IMPLEMENTATIONS,
+        name,
+        "implementation",
+        "a new implementation is its package and a row in harness/implementations.py",
+    )
 
 
 def producing(kind: str) -> tuple[str, ...]:

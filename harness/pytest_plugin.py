@@ -19,7 +19,7 @@ import pytest
 from harness.checks.vad import segments_coverage, walked_segments
 from harness.coverage import SCENARIO as COVERAGE_SCENARIO
 from harness.coverage import Coverage, judge_coverage
-from harness.errors import HarnessError
+from harness.errors import HarnessError, unknown
 from harness.goldens.lifecycle import harness_commit
 from harness.model_provenance import model_provenance
 from harness.paths import profiles_dir
@@ -71,10 +71,10 @@ def pytest_configure(config: pytest.Config) -> None:
         progress.uncaptured = capture.global_and_fixture_disabled
     requested = _requested(config)
     known = known_models()
-    unknown = [m for m in requested if m not in known]
-    if unknown:
+    missing = [m for m in requested if m not in known]
+    if missing:
         raise pytest.UsageError(
-            f"unknown model(s) {unknown}: no profile in {profiles_dir()}; known models: {', '.join(known) or '(none)'}"
+            "; ".join(unknown(m, known, "model", "known models") for m in missing) + f" (profiles: {profiles_dir()})"
         )
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -85,14 +85,7 @@ class CompactLogits:
         )
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "vocab": self.vocab,
-            "full_steps": self.full_steps,
-            "row_sha256": self.row_sha256,
-            "topk_ids": self.topk_ids,
-            "topk_values": self.topk_values,
-            "logsumexp": self.logsumexp,
-        }
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any], where: str) -> CompactLogits:

@@ -157,12 +157,19 @@ def _one_list_a_member(call: dict[str, Any], prefix: str) -> None:
         )
 
 
+# what a decode at one temperature scored (openai-whisper's DecodingResult), in a call and a segment
+_DECODE_QUALITY = (
+    ("temperature", NUMBER, True),
+    ("avg_logprob", NUMBER, True),
+    ("compression_ratio", NUMBER, True),
+    ("no_speech_prob", NUMBER, True),
+)
+
 DECODE_CALL = _obj(
     "a decode call object",
     ("seek", COUNT, True),
     ("segment_frames", COUNT, True),
     ("attempt", COUNT, True),
-    ("temperature", NUMBER, True),
     ("batch", POSITIVE, True),
     ("initial_tokens", TOKENS, True),
     ("n_steps", COUNT, True),
@@ -171,9 +178,7 @@ DECODE_CALL = _obj(
     ("member_tokens", _list("a list of token lists, one per batch member", TOKENS), True),
     ("tokens", TOKENS, True),
     ("text", TEXT, True),
-    ("avg_logprob", NUMBER, True),
-    ("compression_ratio", NUMBER, True),
-    ("no_speech_prob", NUMBER, True),
+    *_DECODE_QUALITY,
     ("needs_fallback", BOOL, True),
     ("fallback_reasons", _list("a list of strings", TEXT), True),
     ("kept", BOOL, True),
@@ -201,10 +206,7 @@ SEGMENT = _obj(
     ("end", NUMBER, True),
     ("text", TEXT, True),
     ("tokens", TOKENS, True),
-    ("temperature", NUMBER, True),
-    ("avg_logprob", NUMBER, True),
-    ("compression_ratio", NUMBER, True),
-    ("no_speech_prob", NUMBER, True),
+    *_DECODE_QUALITY,
     ("words", _list("a list of word objects", WORD), False),
 )
 TRANSCRIPT = _obj(

@@ -26,8 +26,10 @@ def test_unknown_model_exits_non_zero_naming_it(isolated: Path) -> None:
     write_profile(isolated)
     out = harness_cli("parity", "--model", "no-such-model")
     assert out.returncode != 0
-    assert "unknown model(s) ['no-such-model']" in out.stdout + out.stderr
+    assert "unknown model 'no-such-model'" in out.stdout + out.stderr
     assert "known models: tiny" in out.stdout + out.stderr
+    out = harness_cli("parity", "--model", "tinny")
+    assert out.returncode != 0 and "did you mean 'tiny'?" in out.stdout + out.stderr
     out = harness_cli("goldens", "--model", "no-such-model")
     assert out.returncode == 2 and "unknown model 'no-such-model'" in out.stderr
 

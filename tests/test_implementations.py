@@ -57,3 +57,8 @@ def test_a_profile_naming_an_unknown_implementation_is_refused(isolated: Path) -
 def test_a_profile_follows_its_implementations_row(isolated: Path) -> None:
     profile = load_profile(write_profile(isolated))
     assert profile.under_test is IMPLEMENTATIONS["universal-llama"] and profile.under_test.localizes
+
+
+def test_a_mistyped_implementation_gets_the_close_names() -> None:
+    with pytest.raises(HarnessError, match=r"unknown implementation 'wisper': did you mean 'whisper'\?"):
+        implementation("wisper")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import OracleError
+from harness.errors import OracleError, table_row
 from harness.implementations import LLM, SPEECH, VAD
 from harness.paths import oracles_dir
 
@@ -115,13 +115,13 @@ COMPOSED_ORACLE = next(name for name, o in ORACLES.items() if o.composes)
 
 
 def descriptor(oracle: str) -> OracleDescriptor:
-    try:
-        return ORACLES[oracle]
-    except KeyError:
-        raise OracleError(
-            f"unknown oracle {oracle!r}: expected one of {sorted(ORACLES)} "
-            "(a new oracle is a folder oracles/<name>/ and a row in harness/oracle/descriptor.py)"
-        ) from None
+    return table_row(
+        ORACLES,
+        oracle,
+        "oracle",
+        "a new oracle is a folder oracles/<name>/ and a row in harness/oracle/descriptor.py",
+        OracleError,
+    )
 
 
 def oracle_family(oracle: str) -> str:

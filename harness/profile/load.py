@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal, Union
 
 from harness.checks import registry
-from harness.errors import ProfileError, UnknownModelError
+from harness.errors import ProfileError, UnknownModelError, unknown
 from harness.implementations import SPEECH
 from harness.oracle.descriptor import MLX_FREE_ORACLES, oracles_serving, with_feature
 from harness.paths import REPO_ROOT, profiles_dir
@@ -318,7 +318,6 @@ def find_profile(name: str, directory: Path | None = None) -> Profile:
     known = available_profiles(directory)
     if name not in known:
         raise UnknownModelError(
-            f"unknown model {name!r}: no profile {name}.yaml in {directory or profiles_dir()}; "
-            f"known models: {', '.join(known) or '(none)'}"
+            f"{unknown(name, known, 'model', 'known models')} (no profile {name}.yaml in {directory or profiles_dir()})"
         )
     return load_profile(known[name])
