@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -59,3 +60,23 @@ def fox_words_golden() -> dict:
     scenario = profile.scenario("fox-words")
     assert profile.scenario_spec(scenario)["options"] == WORD_OPTIONS, "fox-words no longer times words greedily"
     return session.golden(profile, scenario).record.extra
+
+
+@pytest.fixture(autouse=True)
+def _settings_do_not_leak():
+    """A test that changes a harness setting in os.environ without monkeypatch would change every
+    later test's run (e.g. MLX_PARITY_LOCALIZE=0 left behind turns localization off): restore it
+    and fail the test that leaked it."""
+    from harness import settings
+
+    names = [s.name for s in settings.SETTINGS]
+    before = {n: os.environ.get(n) for n in names}
+    yield
+    leaked = {n: os.environ.get(n) for n in names if os.environ.get(n) != before[n]}
+    for n in leaked:
+        if before[n] is None:
+            os.environ.pop(n, None)
+        else:
+            os.environ[n] = before[n]
+    if leaked:
+        pytest.fail(f"this test left harness settings changed in os.environ: {leaked} (use monkeypatch)")

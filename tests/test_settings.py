@@ -99,7 +99,8 @@ def test_settings_are_typed_and_follow_the_environment(monkeypatch: pytest.Monke
 
 
 def test_set_default_refuses_a_name_the_table_does_not_know(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("MLX_PARITY_LOCALIZE", raising=False)
+    monkeypatch.setenv("MLX_PARITY_LOCALIZE", "")  # so that monkeypatch restores what set_default writes
+    monkeypatch.delenv("MLX_PARITY_LOCALIZE")
     settings.set_default("MLX_PARITY_LOCALIZE", "0")
     assert settings.read().localize is False
     settings.set_default("MLX_PARITY_LOCALIZE", "1")  # already set: the user's value stays

@@ -231,12 +231,12 @@ def run(args: argparse.Namespace) -> int:
     if args.summarize:
         print("\n".join(summarize([json.loads(p.read_text(encoding="utf-8")) for p in args.summarize])))
         return 0
-    settings.set_default("MLX_PARITY_LOCALIZE", "0")
     try:
         chosen = choose(args.only, args.model)
     except ValueError as e:
         print(f"error: {e}")
         return 2
+    settings.set_default("MLX_PARITY_LOCALIZE", "0")  # for this process: a mutant needs a verdict, not a module
     from harness.provenance import device_facts
     from harness.session import ParitySession
 
