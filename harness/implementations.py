@@ -14,12 +14,14 @@ implementation producing LLM records is judged by every LLM check and oracle unc
 
 from __future__ import annotations
 
+import functools
 import importlib
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from harness.errors import table_row
+from harness.errors import ProfileError, table_row
 from harness.paths import REPO_ROOT
 
 # The records an implementation produces (harness/records.py; the oracles' generators make the same):
@@ -51,17 +53,79 @@ class ImplementationDescriptor:
     package: str
     compositions: tuple[str, ...] = ()
     localizes: bool = False
+    plugin: Plugin | None = None  # run in its own process over docs/protocol.md (a profile's own)
 
     def __post_init__(self) -> None:
         assert self.produces in RECORD_KINDS, self.produces
 
     def runner_class(self) -> Any:
         module, _, attribute = self.runner.partition(":")
-        return getattr(importlib.import_module(module), attribute)
+        cls = getattr(importlib.import_module(module), attribute)
+        return cls if self.plugin is None else functools.partial(cls, plugin=self.plugin)
 
     def sources(self) -> list[Path]:
-        """Every Python file of its package, sorted."""
-        return sorted((REPO_ROOT / self.package).rglob("*.py"))
+        """Every Python file of its package, sorted (none for a plugin: it is not ours to hash)."""
+        return sorted((REPO_ROOT / self.package).rglob("*.py")) if self.package else []
+
+
+_FACTORY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """An implementation the harness does not import, named by a profile (`implementation:` as a
+    mapping): run in its own process, spoken to over docs/protocol.md.
+
+    - `command`: any program speaking the protocol; `{python}` in it is the interpreter of the venv
+      built from `requirements`, `{repo}` the repository.
+    - `python`: `package.module:factory` of a Python implementation, served by
+      plugins/host.py in the venv built from `requirements` (never the project's venv);
+      `path` lists folders (relative to the repository) put on its sys.path.
+    - `produces`: the records it makes (`llm` or `speech`).
+    """
+
+    command: list[str] | None = None
+    python: str | None = None
+    requirements: list[str] = field(default_factory=list)
+    path: list[str] = field(default_factory=list)
+    produces: Literal["llm", "speech"] = "llm"
+    name: str = ""
+    load_timeout_s: float = 600.0
+    run_timeout_s: float = 600.0
+
+    def validate(self, where: str) -> None:
+        if (self.command is None) == (self.python is None):
+            raise ProfileError(f"{where}: expected exactly one of 'command' (a program) or 'python' (module:factory)")
+        if self.command is not None and not self.command:
+            raise ProfileError(f"{where}.command: expected a non-empty list of strings")
+        if self.python is not None:
+            if not _FACTORY.fullmatch(self.python):
+                raise ProfileError(f"{where}.python: expected 'package.module:factory', got {self.python!r}")
+            if not self.requirements:
+                raise ProfileError(f"{where}.requirements: a python implementation runs in its own venv: pin it")
+        uses_venv = self.python is not None or any("{python}" in c for c in self.command or ())
+        if self.requirements and not uses_venv:
+            raise ProfileError(f"{where}.requirements: given, but the command never runs '{{python}}' (the venv)")
+        if uses_venv and not self.requirements:
+            raise ProfileError(f"{where}.command: '{{python}}' needs 'requirements' (what its venv is built from)")
+        for key in ("load_timeout_s", "run_timeout_s"):
+            if not getattr(self, key) > 0:
+                raise ProfileError(f"{where}.{key}: expected a number of seconds > 0, got {getattr(self, key)!r}")
+
+    @property
+    def label(self) -> str:
+        return self.name or self.python or " ".join(self.command or ())
+
+
+def of_plugin(plugin: Plugin) -> ImplementationDescriptor:
+    """The descriptor of a profile's plugin: records as it says, no compositions, no module taps."""
+    return ImplementationDescriptor(
+        plugin.label,
+        produces=plugin.produces,
+        runner="harness.runners.process:ProcessRunner",
+        package="",
+        plugin=plugin,
+    )
 
 
 IMPLEMENTATIONS = {
@@ -96,7 +160,10 @@ PROFILE_IMPLEMENTATIONS = tuple(name for name, d in IMPLEMENTATIONS.items() if d
 INTREE_COMPOSITIONS = tuple(c for d in IMPLEMENTATIONS.values() for c in d.compositions)
 
 
-def implementation(name: str) -> ImplementationDescriptor:
+def implementation(name: str | Plugin) -> ImplementationDescriptor:
+    """An in-tree implementation by name, or the descriptor of a profile's plugin."""
+    if isinstance(name, Plugin):
+        return of_plugin(name)
     return table_row(
         IMPLEMENTATIONS,
         name,

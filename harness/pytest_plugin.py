@@ -24,7 +24,7 @@ from harness.goldens.lifecycle import harness_commit
 from harness.model_provenance import model_provenance
 from harness.paths import profiles_dir
 from harness.profile import Profile
-from harness.profile.load import available_profiles, load_profile
+from harness.profile.load import EXTERNAL, available_profiles, load_profile
 from harness.profile.vad import VadProfile, available_vad_profiles, load_vad_profile
 from harness.progress import progress
 from harness.provenance import device_facts
@@ -137,7 +137,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-    if file_path.suffix == ".yaml" and file_path.parent.resolve() == profiles_dir():
+    if file_path.suffix == ".yaml" and file_path.parent.resolve() in (profiles_dir(), profiles_dir() / EXTERNAL):
         return ProfileFile.from_parent(parent, path=file_path)
     if file_path.suffix == ".yaml" and file_path.parent.resolve() == (profiles_dir() / "vad").resolve():
         return VadProfileFile.from_parent(parent, path=file_path)

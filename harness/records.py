@@ -132,6 +132,11 @@ class ScenarioRecord:
     array_digests: dict[str, str] = field(default_factory=dict)
     _row_hashes: tuple[int, list[str]] | None = field(default=None, repr=False, compare=False)
 
+    @property
+    def vocab(self) -> int:
+        """The width of a logits row (a compact golden's from its manifest)."""
+        return self.compact.vocab if self.compact is not None else int(self.logits.shape[-1])
+
     def row_hashes(self) -> list[str]:
         """sha256 of every logits row's raw bits, computed once per logits array (every
         logits gate against a compact golden reads them)."""

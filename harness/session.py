@@ -33,6 +33,7 @@ from harness.errors import (
     HarnessError,
     InTreeRunError,
     OracleError,
+    RecordError,
 )
 from harness.goldens.calibration import CalibrationRecord
 from harness.goldens.lifecycle import GoldenLifecycle, runnable_spec
@@ -87,7 +88,9 @@ class ParitySession:
     def release(self, name: str) -> None:
         """Drop a profile's in-tree model and records once its last check has run, so a run
         over many profiles holds one profile's model at a time (a 7 GB runner, issue 14)."""
-        self._runners.pop(name, None)
+        runner = self._runners.pop(name, None)
+        if hasattr(runner, "close"):  # an implementation in its own process: told `bye`
+            runner.close()
         self.lifecycle.release(name)
         for cache in (self._records, self._localizations, self._prefetched, self._intree_errors):
             for key in [k for k in cache if k[0] == name]:
@@ -195,6 +198,12 @@ class ParitySession:
             # such a repeat; otherwise repeat it (harness/repeat.py).
             same_path = forced_run_repeats_free(free, forced, golden)
             repeat = forced if same_path else self._run(profile, spec, None, repeat=True)
+            for record in (free, forced):  # another width is a malformed record, not a difference of bits
+                if record is not None and record.tokens and golden.tokens and record.vocab != golden.vocab:
+                    raise RecordError(
+                        f"in-tree record {profile.name}/{scenario.id} ({record.mode}): logits rows of "
+                        f"{record.vocab} values, expected the oracle's vocabulary of {golden.vocab}"
+                    )
             check_deterministic(f"{profile.name}/{scenario.id}", free, repeat)
             self._records[(profile.name, scenario.id, "free")] = free
             if forced is not None:
@@ -299,6 +308,10 @@ class ParitySession:
             if where is not None:
                 result.summary += f"; {where.explain()}"
                 result.details["localization"] = where.as_dict()
+            elif not profile.under_test.localizes:
+                result.summary += (
+                    f"; first diverging module: unavailable ({profile.under_test.name} has no module taps)"
+                )
         return result
 
     def localize(self, profile: Profile, scenario: Scenario, row: int) -> Localization | None:

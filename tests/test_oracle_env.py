@@ -71,7 +71,7 @@ def test_the_mlx_pin_is_checked_before_a_venv_is_built(isolated: Path, monkeypat
         venvs.check_mlx_pin("mlx-lm", "mlx-lm==0.32.2\n", "0.32.4")
     with pytest.raises(OracleVersionError, match="it must run without mlx"):
         venvs.check_mlx_pin("silero-vad", "mlx==0.32.4\n", "0.32.4")
-    monkeypatch.setattr(venvs, "_build", lambda env: pytest.fail("built a venv with a wrong mlx pin"))
+    monkeypatch.setattr(venvs, "_build", lambda env, *how: pytest.fail("built a venv with a wrong mlx pin"))
     oracles = isolated / "oracles"
     (oracles / "mlx-lm").mkdir(parents=True)
     (oracles / "mlx-lm" / "requirements.txt").write_text(tracked["mlx-lm"].replace("==0.32.4", "==0.31.0"))
@@ -148,7 +148,7 @@ def test_a_venv_whose_interpreter_vanished_is_built_again(isolated: Path, monkey
     import harness.oracle.venvs as venvs
 
     built = []
-    monkeypatch.setattr(venvs, "_build", lambda env: built.append(env.root))
+    monkeypatch.setattr(venvs, "_build", lambda env, *how: built.append(env.root))
     root = isolated / "cache" / "venvs" / f"mlx-lm-{pins_hash(read_pins('mlx-lm'))}"
     (root / "bin").mkdir(parents=True)
     (root / ".complete").write_text("x\n")  # finished once; its interpreter is gone since

@@ -98,7 +98,7 @@ def work_directory() -> Iterator[Path]:
         yield work
 
 
-def _start(cmd: list[str], env: dict[str, str], work: Path, stdin: int, stderr: int) -> subprocess.Popen[str]:
+def start_process(cmd: list[str], env: dict[str, str], work: Path, stdin: int, stderr: int) -> subprocess.Popen[str]:
     """The script's process: text lines on stdout, in its work folder, dying with the harness."""
     return subprocess.Popen(
         cmd,
@@ -153,7 +153,7 @@ class OracleProcess:
             cmd, env = self._command(script, work)
             with progress.task(task) if task else contextlib.nullcontext():
                 tail: list[str] = []
-                with _start(cmd, env, work, stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT) as proc:
+                with start_process(cmd, env, work, stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT) as proc:
                     assert proc.stdout is not None
                     for line in proc.stdout:
                         tail = (tail + [line.rstrip()])[-TAIL_LINES:]
@@ -170,7 +170,7 @@ class OracleProcess:
         (work / "job.json").write_text(json.dumps(job, indent=1))
         (work / "out").mkdir(exist_ok=True)
         cmd, env = self._command(script, work, "--serve")
-        return _start(cmd, env, work, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+        return start_process(cmd, env, work, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def ask(self, code: str, *args: str) -> str:
         """The stdout of `python -c code args` in the venv: a question to its interpreter

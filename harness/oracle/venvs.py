@@ -195,8 +195,29 @@ def _ensure_oracle_env(oracle: str) -> OracleEnv:
         versions = json.dumps(env.versions(*ORACLE_DISTRIBUTIONS), sort_keys=True)
         return dataclasses.replace(env, pins_hash="external-" + hashlib.sha256(versions.encode()).hexdigest()[:12])
     digest = pins_hash(pins)
-    root = cache_root() / "venvs" / f"{oracle}-{digest}"
-    env = OracleEnv(name=oracle, root=root, pins_hash=digest, pins=pins)
+    env = OracleEnv(name=oracle, root=cache_root() / "venvs" / f"{oracle}-{digest}", pins_hash=digest, pins=pins)
+    nodeps = nodeps_pins_path(oracle)
+    how = Pins(pins_path(oracle), nodeps if nodeps.is_file() else None, torch=oracle_family(oracle) == "torch")
+    return ensure_built(env, lambda: check_mlx_pin(oracle, pins, project_mlx()), how)
+
+
+@dataclass(frozen=True)
+class Pins:
+    """What a venv is installed from: a requirements file, an optional second one installed with
+    --no-deps, whether torch must be resolved first (never a CUDA build), the folder pip runs in."""
+
+    file: Path
+    nodeps: Path | None = None
+    torch: bool = False
+    cwd: Path | None = None
+
+
+def ensure_built(
+    env: OracleEnv, before_build: typing.Callable[[], None], pins: Pins, what: str = "oracle venv"
+) -> OracleEnv:
+    """`env` once built: reused while its `.complete` marker stands and its interpreter runs,
+    else built (once, under a lock: two processes never build the same venv)."""
+    root = env.root
     marker = root / ".complete"
 
     def usable(say: bool) -> bool:  # finished, and its interpreter still runs
@@ -205,37 +226,37 @@ def _ensure_oracle_env(oracle: str) -> OracleEnv:
         if os.access(env.python, os.X_OK) and subprocess.run([str(env.python), "-I", "-c", ""]).returncode == 0:
             return True
         if say:
-            progress.say(f"oracle venv {root} is broken (its interpreter {env.python} does not run): building it again")
+            progress.say(f"venv {root} is broken (its interpreter {env.python} does not run): building it again")
         marker.unlink(missing_ok=True)
         return False
 
     if usable(say=True):
         return env
     (cache_root() / "locks").mkdir(parents=True, exist_ok=True)
-    with FileLock(str(cache_root() / "locks" / f"venv-{oracle}-{digest}.lock")):
+    with FileLock(str(cache_root() / "locks" / f"venv-{root.name}.lock")):
         if usable(say=False):  # another process built (or mended) it while we waited
             return env
-        check_mlx_pin(oracle, pins, _project_mlx())  # before minutes of building, not after
-        _build(env)
+        before_build()  # before minutes of building, not after
+        _build(env, pins, what)
     return env
 
 
-def _project_mlx() -> str | None:
+def project_mlx() -> str | None:
     try:
         return importlib.metadata.version("mlx")
     except importlib.metadata.PackageNotFoundError:
         return None
 
 
-def _build(env: OracleEnv) -> None:
+def _build(env: OracleEnv, pins: Pins, what: str = "oracle venv") -> None:
     tmp = env.root.with_name(env.root.name + f".building-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     log = env.root.parent / f"{env.root.name}.build.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    with progress.task(f"building oracle venv {env.name} (pins {env.pins_hash})"):
+    with progress.task(f"building {what} {env.name} (pins {env.pins_hash})"):
         with open(log, "w") as out:
             try:
-                _install(env, tmp, out, log)
+                _install(env, pins, tmp, out, log)
             except OracleError:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
@@ -246,25 +267,25 @@ def _build(env: OracleEnv) -> None:
     os.replace(tmp, env.root)
 
 
-def _install(env: OracleEnv, tmp: Path, out: typing.TextIO, log: Path) -> None:
+def _install(env: OracleEnv, how: Pins, tmp: Path, out: typing.TextIO, log: Path) -> None:
     python = str(tmp / ("Scripts/python.exe" if os.name == "nt" else "bin/python"))
-    pins = pins_path(env.name)
+    pins = how.file
     pip = [python, "-m", "pip", "install", "--no-input", "--retries", "2"]
 
     def run(cmd: list[str]) -> None:
         out.write(f"$ {' '.join(cmd)}\n")
         out.flush()
-        result = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False)
+        result = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False, cwd=how.cwd)
         if result.returncode != 0:
             out.flush()
             tail = log.read_text().splitlines()[-15:]
             raise OracleError(
-                f"building oracle venv {env.name} from {pins} failed (exit {result.returncode}); log {log}:\n"
+                f"building the venv of {env.name} from {pins} failed (exit {result.returncode}); log {log}:\n"
                 + "\n".join(tail)
             )
 
     run([sys.executable, "-m", "venv", str(tmp)])
-    if oracle_family(env.name) == "torch":  # resolve first: never download a CUDA build
+    if how.torch:  # resolve first: never download a CUDA build
         report = tmp / "resolution.json"
         run([*pip, "--dry-run", "--quiet", "--report", str(report), "-r", str(pins)])
         resolved = {
@@ -272,9 +293,9 @@ def _install(env: OracleEnv, tmp: Path, out: typing.TextIO, log: Path) -> None:
         }
         refuse_cuda_torch(env.name, pins, resolved, "resolved")
     run([*pip, "-r", str(pins)])
-    if nodeps_pins_path(env.name).is_file():
-        run([*pip, "--no-deps", "-r", str(nodeps_pins_path(env.name))])
-    if oracle_family(env.name) == "torch":
+    if how.nodeps is not None:
+        run([*pip, "--no-deps", "-r", str(how.nodeps)])
+    if how.torch:
         probe = subprocess.run([python, "-I", "-c", _CUDA_PROBE], capture_output=True, text=True, check=False)
         if probe.returncode != 0:
             raise OracleError(f"oracle venv {env.name}: torch does not import: {probe.stderr.strip()[-1000:]}")

@@ -15,6 +15,7 @@ from harness.implementations import (
     PROFILE_IMPLEMENTATIONS,
     SPEECH,
     ImplementationDescriptor,
+    Plugin,
     implementation,
 )
 from harness.oracle.descriptor import COMPOSED_ORACLE, ORACLES
@@ -270,7 +271,7 @@ class Profile:
     """One model under test: what it is, what judges it, with which weights, on which prompts."""
 
     name: str
-    implementation: ImplementationName
+    implementation: ImplementationName | Plugin  # an in-tree one by name, or a plugin (docs/protocol.md)
     tier: Literal["L1", "L2"]
     oracle: OracleName
     artifact: ArtifactSpec

@@ -78,6 +78,9 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
         candidates = [a for a in args if a is not type(None)]
         if len(candidates) == 1:  # Optional[X]: X's own message is the precise one
             return _convert(value, candidates[0], where)
+        mappings = [a for a in candidates if dataclasses.is_dataclass(a)]
+        if isinstance(value, dict) and len(mappings) == 1:  # the one mapping's own message is the precise one
+            return _build(mappings[0], value, where)
         for arg in candidates:
             if arg is type(None):
                 continue
@@ -165,7 +168,7 @@ def _check_profile(profile: Profile) -> None:
     allowed_checks = registry.of(profile.under_test.produces)
     if profile.oracle != allowed_oracles[0]:
         raise ProfileError(
-            f"oracle: {profile.implementation} is judged by {allowed_oracles[0]!r} (and single scenarios by "
+            f"oracle: {profile.under_test.name} is judged by {allowed_oracles[0]!r} (and single scenarios by "
             f"{list(allowed_oracles[1:])} where they say so), got {profile.oracle!r}"
         )
     speech = profile.under_test.produces == SPEECH
@@ -180,15 +183,17 @@ def _check_profile(profile: Profile) -> None:
             raise ProfileError(f"{where}.steps: expected an integer in [1, {MAX_STEPS}], got {profile.steps(s)}")
         if speech != (s.kind == "transcribe"):
             raise ProfileError(
-                f"{where}: a {profile.implementation} profile takes "
+                f"{where}: a {profile.under_test.name} profile takes "
                 + ("'audio' scenarios" if speech else "prompt / messages / turns / batch scenarios")
             )
         if profile.oracle_of(s) not in allowed_oracles:
-            raise ProfileError(f"{where}.oracle: {profile.implementation} cannot be judged by {profile.oracle_of(s)!r}")
+            raise ProfileError(
+                f"{where}.oracle: {profile.under_test.name} cannot be judged by {profile.oracle_of(s)!r}"
+            )
         bad = [c for c in profile.checks(s) if c not in allowed_checks]
         if bad:
             raise ProfileError(
-                f"{where}.checks: {bad} do not apply to {profile.implementation}; allowed: {list(allowed_checks)}"
+                f"{where}.checks: {bad} do not apply to {profile.under_test.name}; allowed: {list(allowed_checks)}"
             )
         for j, entry in enumerate(s.exercises):
             _check_exercise(profile, s, entry, f"{where}.exercises[{j}]")
@@ -215,7 +220,7 @@ def _check_profile(profile: Profile) -> None:
                 raise ProfileError(f"{where}.composition: {e}") from None
         if s.composition is not None and speech and not profile.intree_composition(s):
             raise ProfileError(
-                f"{where}.composition.kind: {s.composition['kind']!r} is not a {profile.implementation} composition; "
+                f"{where}.composition.kind: {s.composition['kind']!r} is not a {profile.under_test.name} composition; "
                 f"known: {list(profile.under_test.compositions)}"
             )
         if profile.oracle_of(s) in MLX_FREE_ORACLES:
@@ -298,9 +303,18 @@ def _check_writer_options(options: dict[str, Any], where: str) -> None:
             raise ProfileError(f"{where}.{key}: expected an integer >= 1, got {value!r}")
 
 
+# Profiles of implementations nobody here wrote, beside ours (docs/external.md); one namespace.
+EXTERNAL = "external"
+
+
 def available_profiles(directory: Path | None = None) -> dict[str, Path]:
     directory = directory or profiles_dir()
-    return {p.stem: p for p in sorted(directory.glob("*.yaml"))}
+    found = {p.stem: p for p in sorted(directory.glob("*.yaml"))}
+    for path in sorted((directory / EXTERNAL).glob("*.yaml")):
+        if path.stem in found:
+            raise ProfileError(f"{path}: another profile is named {path.stem!r} already: {found[path.stem]}")
+        found[path.stem] = path
+    return found
 
 
 def nightly_models() -> list[str]:

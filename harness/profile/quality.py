@@ -336,7 +336,7 @@ def check_quality(profile: Any) -> None:
             if not isinstance(side.artifact, str | None) and side.artifact.source not in allowed:
                 raise ProfileError(
                     f"{where}.{side_name}.artifact.source: {side.artifact.source!r} is not a "
-                    f"{profile.implementation} artifact; expected one of {list(allowed)}"
+                    f"{profile.under_test.name} artifact; expected one of {list(allowed)}"
                 )
             if side.twin is not None:
                 from harness.artifacts.twins import TWINS

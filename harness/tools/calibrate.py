@@ -255,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
         profile = find_profile(args.model)
         if profile.under_test.produces != SPEECH:
             raise HarnessError(
-                f"{profile.name}: calibration derives Whisper token budgets; this is {profile.implementation}"
+                f"{profile.name}: calibration derives Whisper token budgets; this is {profile.under_test.name}"
             )
         wanted = set(args.clips.split(",")) if args.clips else None
         clips, seen = [], set()

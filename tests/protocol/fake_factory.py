@@ -1,0 +1,40 @@
+"""A Python implementation for plugins/host.py in tests/test_protocol.py: FakeOracle's
+seeded records through the factory API (docs/protocol.md), no protocol code of its own."""
+
+import importlib.metadata
+import sys
+
+import numpy as np
+
+
+class Replay:
+    info = {"name": "replay", "version": "1", "produces": "llm"}
+
+    def __init__(self, fail_on: str | None = None):
+        self.fail_on = fail_on
+        self.info = dict(Replay.info, environment={"mlx": _mlx(), "device": "Device(cpu, 0)", "prefix": sys.prefix})
+
+    def load(self, model_dir: str) -> None:
+        self.model_dir = model_dir
+
+    def run(self, spec: dict, forced: dict | None, decode: str) -> dict:
+        if spec["id"] == self.fail_on:
+            raise RuntimeError(f"cannot run {spec['id']}")
+        logits = np.random.default_rng(len(spec["id"])).standard_normal((spec["n_tokens"], 16)).astype(np.float32)
+        tokens = forced["tokens"] if forced is not None else [int(t) for t in logits.argmax(axis=1)]
+        return {"rendered_prompt": None, "prompt_ids": [1, 2], "tokens": tokens, "eos_ids": [0], "logits": logits}
+
+
+def _mlx():
+    try:
+        return importlib.metadata.version("mlx")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def replay() -> Replay:
+    return Replay()
+
+
+def failing_chat() -> Replay:
+    return Replay(fail_on="chat")

@@ -1,0 +1,81 @@
+"""A protocol implementation for tests/test_protocol.py, written from docs/protocol.md: it replays
+tests/fakes.py FakeOracle's seeded records (so the gates pass), or breaks the protocol one way,
+named by its first argument. Runs with the project's interpreter; imports only numpy."""
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+MODE = sys.argv[1] if len(sys.argv) > 1 else "ok"
+MLX = sys.argv[2] if len(sys.argv) > 2 else None  # the project's mlx version, passed by the test
+
+
+def say(message):
+    sys.stdout.write((message if isinstance(message, str) else json.dumps(message)) + "\n")
+    sys.stdout.flush()
+
+
+def record(spec, forced):
+    rng = np.random.default_rng(len(spec["id"]))
+    logits = rng.standard_normal((spec["n_tokens"], 16)).astype(np.float32)
+    if MODE == "perturbed":  # one ulp in one logit of the last row
+        logits.view(np.uint32)[-1, 3] += 1
+    tokens = forced["tokens"] if forced is not None else [int(t) for t in logits.argmax(axis=1)]
+    if MODE == "wrong-shape":
+        logits = logits[:, :8]
+    return logits, {"rendered_prompt": None, "prompt_ids": [1, 2], "tokens": tokens, "eos_ids": [0]}
+
+
+def main():
+    if MODE == "exit-at-start":
+        print("cannot start: no model runtime here", file=sys.stderr)
+        sys.exit(7)
+    for line in sys.stdin:
+        message = json.loads(line)
+        op = message["op"]
+        if op == "hello":
+            if MODE == "garbage-hello":
+                say("Loading weights... done")
+                continue
+            hello = {
+                "op": "hello",
+                "protocol": 2 if MODE == "protocol-2" else 1,
+                "records_version": 1,
+                "produces": "llm",
+                "name": "fake",
+                "version": "0",
+                "environment": {"mlx": "0.1.0" if MODE == "other-mlx" else MLX, "device": "Device(cpu, 0)"},
+                "decodes": ["eager"],
+            }
+            say(hello)
+        elif op == "load":
+            say({"op": "ran"} if MODE == "wrong-answer" else {"op": "loaded"})
+        elif op == "run":
+            spec = message["spec"]
+            if MODE == "crash-at-run":
+                print("Segmentation fault (pretend)", file=sys.stderr)
+                os._exit(139)
+            if MODE == "hang-at-run":
+                time.sleep(3600)
+            if MODE == "refuse-run":
+                say({"op": "error", "id": message["id"], "message": "no such scenario kind here"})
+                continue
+            logits, meta = record(spec, message["forced"])
+            if MODE == "bad-field":
+                meta["prompt_ids"] = "1 2"
+            out = message["out"]
+            np.save(os.path.join(out, f"{spec['id']}.logits.npy"), logits, allow_pickle=False)
+            result = {"records_version": 1, "scenarios": {spec["id"]: meta}, "environment": {"mlx": MLX}}
+            with open(os.path.join(out, "result.json"), "w") as f:
+                json.dump(result, f)
+            say({"op": "ran", "id": "someone-else" if MODE == "wrong-id" else message["id"]})
+        elif op == "bye":
+            say({"op": "bye"})
+            return
+
+
+if __name__ == "__main__":
+    main()

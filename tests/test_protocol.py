@@ -1,0 +1,184 @@
+"""The implementation protocol (docs/protocol.md; issue 33 parts 2 and 3): an implementation in its
+own process is judged by the same checks as an in-tree one, and each way of breaking the protocol
+(a wrong message, a crash, a hang, a wrong record) ends as an error naming what was expected."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.errors import HarnessError, InTreeRunError, OracleVersionError, ProfileError, RecordError
+from harness.oracle.plugin import HOST
+from harness.provenance import device_facts
+from harness.runners.process import ProcessRunner, ProtocolError
+from tests.conftest import write_profile
+from tests.fakes import fake_session
+
+FAKES = Path(__file__).parent / "protocol"
+CHECKS = ["prompt_identity", "prefill_logits", "decode_logits", "teacher_forced_logits", "greedy_tokens"]
+
+PROFILE = """\
+name: tiny
+implementation: {implementation}
+tier: L1
+oracle: mlx-lm
+artifact:
+  source: hub
+  repo: example-org/tiny-llama
+  revision: 0123456789abcdef0123456789abcdef01234567
+expect:
+  model_type: llama
+defaults:
+  checks: {checks}
+scenarios:
+  - id: plain
+    prompt: "Hello"
+    steps: 3
+  - id: chat
+    messages:
+      - {{role: user, content: "Hi"}}
+"""
+
+
+def _profile(root: Path, implementation: dict) -> None:
+    write_profile(root, text=PROFILE.format(implementation=json.dumps(implementation), checks=json.dumps(CHECKS)))
+
+
+def _fake(mode: str, **more) -> dict:
+    command = [sys.executable, str(FAKES / "fake_impl.py"), mode, device_facts().mlx]
+    return {"name": f"fake-{mode}", "command": command, "run_timeout_s": 20, **more}
+
+
+def _judge(root: Path) -> tuple[dict[tuple[str, str], object], object]:
+    session = fake_session(root)
+    profile = session.profile("tiny")
+    results = {(s.id, c): session.run_check(profile, s, c) for s in profile.scenarios for c in CHECKS}
+    runner = session._runners["tiny"]
+    session.release("tiny")
+    return results, runner
+
+
+def _first_error(root: Path) -> HarnessError:
+    session = fake_session(root)
+    profile = session.profile("tiny")
+    with pytest.raises(HarnessError) as caught:
+        for check in CHECKS:
+            session.run_check(profile, profile.scenario("plain"), check)
+    session.release("tiny")
+    return caught.value
+
+
+def test_a_program_speaking_the_protocol_passes_every_gate_in_one_process(isolated: Path) -> None:
+    _profile(isolated, _fake("ok"))
+    results, runner = _judge(isolated)
+    assert all(r.passed for r in results.values()), {k: r.summary for k, r in results.items() if not r.passed}
+    assert isinstance(runner, ProcessRunner) and runner._proc.returncode == 0  # told bye, exited 0
+    assert runner._runs == 2 * 2  # per scenario free and teacher-forced (the forced run is the free one's repeat)
+
+
+def test_a_perturbed_implementation_fails_and_localization_says_it_is_unavailable(isolated: Path) -> None:
+    _profile(isolated, _fake("perturbed"))
+    results, _ = _judge(isolated)
+    failed = results[("plain", "decode_logits")]
+    assert not failed.passed and failed.summary.startswith("first differing step 3 (1/3 steps differ)")
+    assert "first diverging module: unavailable (fake-perturbed has no module taps)" in failed.summary
+    assert results[("plain", "prompt_identity")].passed
+
+
+def test_a_python_factory_is_served_by_the_host_and_its_own_failure_is_that_scenario_s(isolated: Path) -> None:
+    host = [sys.executable, "-I", str(HOST), "fake_factory:failing_chat", str(FAKES)]
+    _profile(isolated, {"name": "replay", "command": host})
+    session = fake_session(isolated)
+    profile = session.profile("tiny")
+    assert all(session.run_check(profile, profile.scenario("plain"), c).passed for c in CHECKS)
+    with pytest.raises(InTreeRunError, match="replay refused 'run': RuntimeError: cannot run chat"):
+        session.run_check(profile, profile.scenario("chat"), "decode_logits")
+    session.release("tiny")
+
+
+@pytest.mark.parametrize(
+    ("mode", "error", "expected"),
+    [
+        ("exit-at-start", ProtocolError, r"exited before answering 'hello'.*\(exit 7\); its stderr ends:\ncannot"),
+        ("garbage-hello", ProtocolError, r"answered 'hello' with 'Loading weights\.\.\. done': expected one JSON"),
+        ("protocol-2", ProtocolError, r"hello: protocol 2, expected 1"),
+        ("other-mlx", ProtocolError, r"it runs mlx 0\.1\.0, the project and its oracle mlx"),
+        ("wrong-answer", ProtocolError, r"answered 'load' with op 'ran', expected 'loaded'"),
+        ("crash-at-run", ProtocolError, r"exited before answering 'run'.*\(exit 139\).*Segmentation fault"),
+        ("wrong-id", ProtocolError, r"answered run 'plain\.1' with id 'someone-else', expected the same id"),
+        ("bad-field", RecordError, r"prompt_ids: expected a list of int token ids"),
+        ("wrong-shape", RecordError, r"logits rows of 8 values, expected the oracle's vocabulary of 16"),
+        ("refuse-run", InTreeRunError, r"fake-refuse-run refused 'run': no such scenario kind here"),
+    ],
+)
+def test_each_way_of_breaking_the_protocol_is_an_error_naming_what_was_expected(
+    isolated: Path, mode: str, error: type, expected: str
+) -> None:
+    _profile(isolated, _fake(mode))
+    caught = _first_error(isolated)
+    assert isinstance(caught, error), caught
+    assert re.search(expected, str(caught), re.DOTALL), str(caught)
+
+
+def test_a_hang_past_the_timeout_is_killed_and_named(isolated: Path) -> None:
+    _profile(isolated, _fake("hang-at-run", run_timeout_s=2))
+    caught = _first_error(isolated)
+    assert isinstance(caught, ProtocolError) and "no answer to 'run' within 2 s" in str(caught)
+
+
+def test_a_plugin_profile_is_validated_at_the_edge(isolated: Path) -> None:
+    from harness.profile.load import find_profile
+
+    cases = [
+        ({"command": ["x"], "python": "a.b:c"}, r"expected exactly one of 'command'"),
+        ({"python": "a.b"}, r"python: expected 'package.module:factory'"),
+        ({"python": "a.b:c"}, r"requirements: a python implementation runs in its own venv"),
+        ({"comand": ["x"]}, r"implementation: unknown key\(s\) \['comand'\]"),
+        ({"command": ["{python}", "x.py"]}, r"'\{python\}' needs 'requirements'"),
+        ({"command": ["x"], "run_timeout_s": 0}, r"run_timeout_s: expected a number of seconds > 0"),
+    ]
+    for implementation, expected in cases:
+        _profile(isolated, implementation)
+        with pytest.raises(ProfileError, match=expected):
+            find_profile("tiny")
+
+
+def test_a_model_hook_cannot_reach_another_process(isolated: Path) -> None:
+    _profile(isolated, _fake("ok"))
+    session = fake_session(isolated)
+    session.model_hook = lambda model: None
+    with pytest.raises(HarnessError, match="a model hook .* cannot reach it"):
+        session.runner(session.profile("tiny"))
+
+
+def test_a_python_implementation_runs_in_a_venv_built_from_its_own_pins(isolated: Path) -> None:
+    """Never the project's venv: the factory reports the interpreter it ran in."""
+    import numpy as np
+
+    pins = [f"numpy=={np.__version__}"]
+    _profile(
+        isolated, {"name": "replay", "python": "fake_factory:replay", "path": ["tests/protocol"], "requirements": pins}
+    )
+    results, runner = _judge(isolated)
+    assert all(r.passed for r in results.values())
+    prefix = runner.hello["environment"]["prefix"]
+    assert prefix.startswith(str(isolated / "cache" / "venvs" / "plugin-")) and prefix != sys.prefix
+    assert runner.hello["environment"]["mlx"] is None  # pinned numpy only: an mlx-free implementation
+
+
+def test_a_requirements_file_is_read_into_the_venv_hash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.oracle import plugin as venv
+
+    monkeypatch.setattr(venv, "REPO_ROOT", tmp_path)
+    (tmp_path / "req.txt").write_text("# pins\nmlx==9.9\n\nnumpy==1.0\n")
+    assert venv.expand(["-r req.txt", "extra==2"], "x") == ["mlx==9.9", "numpy==1.0", "extra==2"]
+    with pytest.raises(ProfileError, match=r"implementation x: requirements: '-r nope.txt': cannot read"):
+        venv.expand(["-r nope.txt"], "x")
+    monkeypatch.setenv("MLX_PARITY_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(OracleVersionError, match=r"install mlx 9\.9, the project runs mlx .*nothing was built"):
+        venv.ensure_plugin_env("x", ["-r req.txt"])
+    assert not (tmp_path / "cache" / "venvs").exists() or not any((tmp_path / "cache" / "venvs").glob("plugin-*/"))
