@@ -50,8 +50,8 @@ signoff: venv
 	$(PY) -m harness signoff $(foreach m,$(SIGNOFF_MODELS),--model $(call q,$(m))) $(ARGS)
 
 lint: venv
-	$(PY) -m ruff check harness models tests oracles conftest.py
-	$(PY) -m ruff format --check harness models tests oracles conftest.py
+	$(PY) -m ruff check harness models tests oracles plugins examples conftest.py
+	$(PY) -m ruff format --check harness models tests oracles plugins examples conftest.py
 	$(VENV)/bin/actionlint .github/workflows/*.yml
 
 ## make quality MODEL=name: quantization quality of the profile's pairs against their controls (docs/quality.md): table, reports/quality-<model>-<device>/; not part of the parity verdict

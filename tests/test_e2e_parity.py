@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.implementations import LLM
 from harness.paths import REPO_ROOT
 from harness.profile.load import find_profile
 
@@ -66,6 +67,8 @@ REQUIRED_SCENARIOS = {
     },
     "whisper-large-v3-turbo-mini": {"fox-detect-language", "fox-english-ladder"},
     "minicpm5-2b-mini-bf16": {"chat-bf16", "l2-fused-sdpa"},
+    # issue 33: the stdio reference client (examples/stdio-client) in its own process and venv
+    "smollm2-135m-stdio": {"plain", "chat", "multibyte-emoji"},
 }
 
 
@@ -96,15 +99,15 @@ def test_make_parity_passes_in_both_modes(model: str, tmp_path: Path) -> None:
             decode = checks["decode_logits"]["details"]["per_step"]
             assert all(s["n_differing"] == 0 for s in decode)
         step_gates = {"teacher_forced_logits", "decode_logits"}
-        if profile.implementation == "universal-llama" and not step_gates <= set(checks):
+        if profile.under_test.produces == LLM and not step_gates <= set(checks):
             continue  # a draft scenario (no teacher forcing) or a response scenario (no decode gate)
-        if profile.implementation == "universal-llama" and scenario.stop is not None:
+        if profile.under_test.produces == LLM and scenario.stop is not None:
             # Stopped at EOS inside the budget (both sides): every row up to the stop was judged.
             forced = len(checks["teacher_forced_logits"]["details"]["per_step"])
             assert forced < profile.steps(scenario) + 1, scenario.id
             assert "both runs stop at EOS" in checks["eos_stop"]["summary"], checks["eos_stop"]["summary"]
             assert len(checks["decode_logits"]["details"]["per_step"]) == forced - 1
-        elif profile.implementation == "universal-llama":
+        elif profile.under_test.produces == LLM:
             # Every row was judged: the prefill row and all decode steps of every turn / batch row.
             rows = profile.expected_rows(scenario)
             segments = rows // (profile.steps(scenario) + 1)
