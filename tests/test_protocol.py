@@ -15,37 +15,18 @@ from harness.errors import HarnessError, InTreeRunError, OracleVersionError, Pro
 from harness.oracle.plugin import HOST
 from harness.provenance import device_facts
 from harness.runners.process import ProcessRunner, ProtocolError
-from tests.conftest import write_profile
+from tests.conftest import VALID_PROFILE, write_profile
 from tests.fakes import fake_session
 
 FAKES = Path(__file__).parent / "protocol"
 CHECKS = ["prompt_identity", "prefill_logits", "decode_logits", "teacher_forced_logits", "greedy_tokens"]
 
-PROFILE = """\
-name: tiny
-implementation: {implementation}
-tier: L1
-oracle: mlx-lm
-artifact:
-  source: hub
-  repo: example-org/tiny-llama
-  revision: 0123456789abcdef0123456789abcdef01234567
-expect:
-  model_type: llama
-defaults:
-  checks: {checks}
-scenarios:
-  - id: plain
-    prompt: "Hello"
-    steps: 3
-  - id: chat
-    messages:
-      - {{role: user, content: "Hi"}}
-"""
-
 
 def _profile(root: Path, implementation: dict) -> None:
-    write_profile(root, text=PROFILE.format(implementation=json.dumps(implementation), checks=json.dumps(CHECKS)))
+    """conftest's tiny profile, implemented by `implementation`, judged by CHECKS."""
+    text = VALID_PROFILE.format(name="tiny")
+    text = text.replace("implementation: universal-llama", f"implementation: {json.dumps(implementation)}")
+    write_profile(root, text=text.replace("scenarios:", f"defaults:\n  checks: {json.dumps(CHECKS)}\nscenarios:"))
 
 
 def _fake(mode: str, **more) -> dict:
