@@ -163,3 +163,27 @@ def test_a_requirements_file_is_read_into_the_venv_hash(tmp_path: Path, monkeypa
     with pytest.raises(OracleVersionError, match=r"install mlx 9\.9, the project runs mlx .*nothing was built"):
         venv.ensure_plugin_env("x", ["-r req.txt"])
     assert not (tmp_path / "cache" / "venvs").exists() or not any((tmp_path / "cache" / "venvs").glob("plugin-*/"))
+
+
+def test_bench_protocol_pairs_each_run_with_the_implementation_s_own_compute(isolated: Path) -> None:
+    from harness.errors import UsageError
+    from harness.tools.bench_protocol import summary, timed_runs
+
+    for mode in ("ok", "perturbed"):  # "perturbed" leaves the optional compute_s out of its answers
+        _profile(isolated, _fake(mode))
+        session = fake_session(isolated)
+        profile = session.profile("tiny")
+        spec = profile.scenario_spec(profile.scenario("plain"))
+        runner = session.runner(profile)
+        try:
+            if mode == "ok":
+                runs = timed_runs(runner, spec, 3)
+                assert len(runs) == 3 and runner._runs == 4  # one warm-up run, not kept
+                assert all(0 < r["compute_s"] <= r["wall_s"] and r["overhead_s"] >= 0 for r in runs)
+                stats = summary(runs, spec["n_tokens"])
+                assert stats["overhead_fraction"]["values"] == [r["overhead_s"] / r["compute_s"] for r in runs]
+            else:
+                with pytest.raises(UsageError, match="'ran' answer has compute_s None: expected its own compute"):
+                    timed_runs(runner, spec, 3)
+        finally:
+            session.release("tiny")

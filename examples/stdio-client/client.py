@@ -10,6 +10,7 @@ It speaks one JSON object per line on stdin/stdout, logs to stderr, and produces
 import json
 import os
 import sys
+import time
 from importlib.metadata import version
 from pathlib import Path
 
@@ -161,6 +162,7 @@ class Client:
             if len(forced["tokens"]) != n:
                 raise Refused(f"forced has {len(forced['tokens'])} tokens, the scenario {n}")
             processors = [force(forced["tokens"])]
+        started = time.perf_counter()
         tap = LogitsTap(self.model)
         steps = generate_step(
             mx.array(prompt_ids),
@@ -178,6 +180,7 @@ class Client:
         logits = np.array(mx.concatenate(rows, axis=0).astype(mx.float32))
         if len(tokens) != n or logits.shape[0] != n:
             raise RuntimeError(f"expected {n} tokens and rows, got {len(tokens)} tokens, {logits.shape[0]} rows")
+        compute_s = time.perf_counter() - started  # the decode loop, up to the logits in host memory
 
         meta = {
             "rendered_prompt": rendered,
@@ -193,7 +196,7 @@ class Client:
         tmp.write_text(json.dumps(result, indent=1))
         os.replace(tmp, out / "result.json")
         log("ran", spec["id"], "forced" if forced is not None else "free", f"{n} tokens")
-        return {"op": "ran", "id": request["id"]}
+        return {"op": "ran", "id": request["id"], "compute_s": compute_s}
 
 
 def serve(stdin, stdout):

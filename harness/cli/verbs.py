@@ -156,6 +156,13 @@ def _bench_whisper(p: argparse.ArgumentParser) -> None:
     options.out(p)
 
 
+def _bench_protocol(p: argparse.ArgumentParser) -> None:
+    options.model(p, default="smollm2-135m-stdio")
+    options.steps(p, 32)
+    options.rounds(p, 15, "timed runs (each one both sides: the harness's wall time and the implementation's compute)")
+    options.out(p)
+
+
 def _bench_worker(p: argparse.ArgumentParser) -> None:
     options.worker(p, "JSON with prompt_ids and steps")
     p.add_argument("--side", required=True, help="eager or compiled")
@@ -207,6 +214,12 @@ VERBS = (
         "harness.tools.bench_whisper:run",
         "Whisper real-time factor against mlx-whisper",
         _bench_whisper,
+    ),
+    Verb(
+        "bench-protocol",
+        "harness.tools.bench_protocol:run",
+        "what the process boundary costs per decode step of an external implementation",
+        _bench_protocol,
     ),
     Verb("bench-worker", "harness.tools.bench_worker:run", "", _bench_worker, hidden=True),
     Verb("bench-kv-worker", "harness.tools.bench_kv_worker:run", "", _bench_kv_worker, hidden=True),

@@ -43,6 +43,7 @@ class ProcessRunner:
                 "perturbation) cannot reach it"
             )
         self.plugin, self.label, self._runs = plugin, label, 0
+        self.last_answer: dict[str, Any] = {}  # the last `ran` (its optional compute_s: bench-protocol)
         self._stopped: str | None = None
         self._work_cm = work_directory()
         self.work = self._work_cm.__enter__()
@@ -78,7 +79,8 @@ class ProcessRunner:
         mode = "teacher_forced" if forced is not None else "free"
         request = {"op": "run", "id": run_id, "spec": spec, "forced": forced.meta() if forced is not None else None}
         with progress.task(f"{self.label}{spec['id']} ({mode}) in {self.plugin.label}"):
-            self._ask(request | {"decode": decode, "out": str(out)}, "ran", self.plugin.run_timeout_s, run_id)
+            answer = self._ask(request | {"decode": decode, "out": str(out)}, "ran", self.plugin.run_timeout_s, run_id)
+        self.last_answer = answer
         try:
             _, records, errors = read_generator_output(out)
         finally:

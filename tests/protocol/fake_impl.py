@@ -63,7 +63,9 @@ def main():
             if MODE == "refuse-run":
                 say({"op": "error", "id": message["id"], "message": "no such scenario kind here"})
                 continue
+            started = time.perf_counter()
             logits, meta = record(spec, message["forced"])
+            compute_s = time.perf_counter() - started
             if MODE == "bad-field":
                 meta["prompt_ids"] = "1 2"
             out = message["out"]
@@ -71,7 +73,8 @@ def main():
             result = {"records_version": 1, "scenarios": {spec["id"]: meta}, "environment": {"mlx": MLX}}
             with open(os.path.join(out, "result.json"), "w") as f:
                 json.dump(result, f)
-            say({"op": "ran", "id": "someone-else" if MODE == "wrong-id" else message["id"]})
+            ran = {"op": "ran", "id": "someone-else" if MODE == "wrong-id" else message["id"]}
+            say(ran | ({"compute_s": compute_s} if MODE == "ok" else {}))  # optional: only "ok" reports it
         elif op == "bye":
             say({"op": "bye"})
             return
