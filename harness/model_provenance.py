@@ -48,6 +48,7 @@ def model_provenance(name: str) -> dict[str, Any]:
             "oracle_environment": manifest.get("oracle_environment", {}),
         }
     return {
+        "implementation": implementation_provenance(profile),
         "tier": profile.tier,
         "oracle": profile.oracle,
         "oracle_pins_hash": oracle_pins_hash(profile.oracle),
@@ -59,3 +60,18 @@ def model_provenance(name: str) -> dict[str, Any]:
         "oracle_defects": profile.oracle_defects,
         "goldens": goldens,
     }
+
+
+def implementation_provenance(profile: Any) -> dict[str, Any]:
+    """The implementation under test: in-tree (by name), or a plugin with what its venv is built from."""
+    from harness.oracle.plugin import plugin_pins
+
+    plugin = profile.under_test.plugin
+    if plugin is None:
+        return {"name": profile.under_test.name, "in_tree": True}
+    facts: dict[str, Any] = {"name": plugin.label, "in_tree": False}
+    facts |= {"command": plugin.command} if plugin.command is not None else {"python": plugin.python}
+    if plugin.requirements:
+        pins, digest = plugin_pins(plugin.label, plugin.requirements)
+        facts |= {"pins_hash": digest, "requirements": [line for line in pins.splitlines() if line]}
+    return facts

@@ -187,3 +187,26 @@ def test_bench_protocol_pairs_each_run_with_the_implementation_s_own_compute(iso
                     timed_runs(runner, spec, 3)
         finally:
             session.release("tiny")
+
+
+def test_a_report_names_the_implementation_and_what_its_venv_is_built_from(isolated: Path) -> None:
+    from harness.model_provenance import implementation_provenance
+    from harness.oracle.plugin import plugin_pins
+
+    write_profile(isolated, text=VALID_PROFILE.format(name="tiny"))
+    assert implementation_provenance(fake_session(isolated).profile("tiny")) == {
+        "name": "universal-llama",
+        "in_tree": True,
+    }
+    requirements = ["my-port==0.3", "-r examples/stdio-client/requirements.txt"]
+    _profile(isolated, {"name": "port", "python": "my_port:factory", "requirements": requirements})
+    facts = implementation_provenance(fake_session(isolated).profile("tiny"))
+    pins, digest = plugin_pins("port", requirements)
+    assert facts == {
+        "name": "port",
+        "in_tree": False,
+        "python": "my_port:factory",
+        "pins_hash": digest,
+        "requirements": pins.splitlines(),
+    }
+    assert "mlx-lm==0.32.2" in facts["requirements"] and "my-port==0.3" in facts["requirements"]  # -r read in

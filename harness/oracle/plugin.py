@@ -106,8 +106,7 @@ def ensure_plugin_env(label: str, requirements: list[str]) -> OracleEnv:
     profile's requirements like an oracle's (keyed by their hash, under `venvs/plugin-<hash>`; pip
     runs in the repository, so a requirement may be a folder of it). An exact mlx pin must be the
     project's (the one-mlx rule); without one, the plugin's own handshake says which it runs."""
-    pins = "\n".join(expand(requirements, label)) + "\n"
-    digest = pins_hash(pins)
+    pins, digest = plugin_pins(label, requirements)
     root = cache_root() / "venvs" / f"plugin-{digest}"
     env = OracleEnv(name=label, root=root, pins_hash=digest, pins=pins)
 
@@ -125,6 +124,12 @@ def ensure_plugin_env(label: str, requirements: list[str]) -> OracleEnv:
         return ensure_built(
             env, check, Pins(root.with_name(root.name + ".requirements.txt"), cwd=REPO_ROOT), "implementation venv"
         )
+
+
+def plugin_pins(label: str, requirements: list[str]) -> tuple[str, str]:
+    """What a plugin's venv is built from (its requirement lines, `-r FILE` read in) and their hash."""
+    pins = "\n".join(expand(requirements, label)) + "\n"
+    return pins, pins_hash(pins)
 
 
 def expand(requirements: list[str], label: str) -> list[str]:

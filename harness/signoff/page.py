@@ -319,7 +319,11 @@ def _model_provenance(doc: SignoffReport, model: str) -> str:
     environment = next((g.get("oracle_environment") for g in goldens.values() if g.get("oracle_environment")), {})
     identity = dict(artifact.get("identity", {}))
     twin = identity.pop("twin", None)
+    implementation = prov.get("implementation", {})
     facts: dict[str, Any] = {
+        "implementation": implementation.get("name"),
+        "implementation in tree": implementation.get("in_tree"),
+        "implementation pins hash": implementation.get("pins_hash"),
         "tier": prov.get("tier"),
         "oracle": prov.get("oracle"),
         "oracle pins hash": prov.get("oracle_pins_hash"),
