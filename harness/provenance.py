@@ -127,7 +127,10 @@ def golden_key(oracle: str) -> GoldenKey:
     family = oracle_family(oracle)
     if family == "mlx":
         return mlx_key(device_facts())
-    return torch_key(device_facts(), torch_facts(ensure_oracle_env(oracle)))
+    from harness.oracle.torch_key import predicted_torch_facts
+
+    torch = predicted_torch_facts(oracle) or torch_facts(ensure_oracle_env(oracle))
+    return torch_key(device_facts(), torch)
 
 
 def _slug(text: str) -> str:

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from harness import provenance
-from harness.errors import OracleError
+from harness.errors import OracleError, OracleVersionError
+from harness.oracle import torch_key as predict
 from harness.paths import REPO_ROOT
 from harness.provenance import DeviceFacts, TorchFacts, golden_key, mlx_key, torch_key
 
@@ -94,12 +95,53 @@ def test_golden_key_dispatches_on_the_oracle_family(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(provenance, "device_facts", lambda: XEON)
     monkeypatch.setattr(provenance, "ensure_oracle_env", lambda oracle: oracle)
     monkeypatch.setattr(provenance, "torch_facts", lambda env: dataclasses.replace(TORCH, capability="AVX512"))
+    monkeypatch.setattr(predict.platform, "machine", lambda: "aarch64")  # no prediction: the venv is asked
     for oracle in ("mlx-lm", "mlx-optiq", "mlx-whisper"):
         assert golden_key(oracle) == mlx_key(XEON)
     for oracle in ("openai-whisper", "silero-vad"):
         assert golden_key(oracle).name == "cpu-x86-64-intel-avx512-torch2.13.0-cpu"
     with pytest.raises(OracleError, match="unknown oracle .some-new-oracle.*descriptor"):
         golden_key("some-new-oracle")
+
+
+AVX512_FLAGS = {"fpu", "sse2", "avx", "avx2", "fma", "avx512f", "avx512vl", "avx512bw", "avx512dq"}
+
+
+def test_the_torch_key_is_named_without_building_the_venv_on_linux_x86(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ATen's rule from /proc/cpuinfo's flags and the exact CPU-index pin: no venv built to name a folder."""
+
+    def no_venv(oracle: str) -> None:
+        raise AssertionError(f"built the {oracle} venv only to name its golden key")
+
+    monkeypatch.setattr(provenance, "device_facts", lambda: XEON)
+    monkeypatch.setattr(provenance, "ensure_oracle_env", no_venv)
+    monkeypatch.setattr(predict.platform, "system", lambda: "Linux")
+    monkeypatch.setattr(predict.platform, "machine", lambda: "x86_64")
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    monkeypatch.setattr(predict, "cpu_flags", lambda: AVX512_FLAGS)
+    for oracle in ("openai-whisper", "silero-vad"):
+        assert golden_key(oracle).name == "cpu-x86-64-intel-avx512-torch2.13.0-cpu"
+    monkeypatch.setattr(predict, "cpu_flags", lambda: AVX512_FLAGS - {"avx512vl"})
+    assert golden_key("openai-whisper").name == "cpu-x86-64-intel-avx2-torch2.13.0-cpu"
+    assert predict.capability({"avx2"}) == "DEFAULT"  # no fma: neither AVX2 nor AVX512 kernels
+    # The capability forced, or no CPU flags to read: the venv's torch is asked, as on macOS.
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    assert predict.predicted_torch_facts("openai-whisper") is None
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY")
+    monkeypatch.setattr(predict, "cpu_flags", set)
+    assert predict.predicted_torch_facts("silero-vad") is None
+
+
+def test_a_built_torch_venv_that_disagrees_with_the_predicted_key_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(predict.platform, "system", lambda: "Linux")
+    monkeypatch.setattr(predict.platform, "machine", lambda: "x86_64")
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    monkeypatch.setattr(predict, "cpu_flags", lambda: AVX512_FLAGS)
+    monkeypatch.setattr(predict, "torch_facts", lambda env: TorchFacts(version="2.13.0+cpu", capability="AVX512"))
+    predict.check_prediction("openai-whisper", None)  # agrees: nothing to say
+    monkeypatch.setattr(predict, "torch_facts", lambda env: TORCH)
+    with pytest.raises(OracleVersionError, match="capability AVX2; the golden key was predicted as 2.13.0.cpu, AVX512"):
+        predict.check_prediction("openai-whisper", None)
 
 
 # -- tracked goldens: fresh, or absent --------------------------------------------------------

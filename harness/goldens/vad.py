@@ -76,7 +76,10 @@ def _read_probabilities(profile: VadProfile, ref: dict[str, Any], path: Path) ->
 
 def ensure_goldens(profile: VadProfile, fixtures: list[str], update: bool = False) -> dict[str, OracleResult]:
     """Each fixture's oracle output: from its fresh golden, or generated now by the package."""
+    from harness.oracle.torch_key import check_prediction
+
     env = ensure_oracle_env(profile.oracle)
+    check_prediction(profile.oracle, env)  # the key was named before the venv existed
     versions = env.versions("silero-vad", "torch", "numpy")
     if versions.get("silero-vad") != profile.artifact.version:
         raise OracleError(

@@ -123,7 +123,12 @@ class OracleProcess:
     @property
     def env(self) -> OracleEnv:
         if self._env is None:
-            self._env = ensure_oracle_env(self.name)
+            env = ensure_oracle_env(self.name)
+            if self.descriptor.family == "torch":
+                from harness.oracle.torch_key import check_prediction
+
+                check_prediction(self.name, env)
+            self._env = env
         return self._env
 
     def check_versions(self) -> dict[str, str | None]:
