@@ -24,6 +24,7 @@ import importlib.metadata
 import json
 import os
 import sys
+import time
 import traceback
 
 PROTOCOL = 1
@@ -96,9 +97,11 @@ def serve(impl, lines):
                 say({"op": "loaded"})
             elif op == "run":
                 spec = message["spec"]
+                started = time.perf_counter()
                 answer = impl.run(spec, message.get("forced"), message.get("decode", "eager"))
+                compute_s = time.perf_counter() - started  # the factory's run, before the files are written
                 write_record(message["out"], spec["id"], answer, env)
-                say({"op": "ran", "id": message["id"]})
+                say({"op": "ran", "id": message["id"], "compute_s": compute_s})
             elif op == "bye":
                 say({"op": "bye"})
                 return
