@@ -28,9 +28,15 @@ CPU_INDEX = "download.pytorch.org/whl/cpu"
 
 def cpu_flags() -> set[str]:
     """The first processor's `flags` in /proc/cpuinfo (empty where there is none)."""
-    from harness.provenance import _first_cpuinfo_block  # the one reader of /proc/cpuinfo
-
-    return set(_first_cpuinfo_block().get("flags", "").split())
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "flags":
+                    return set(value.split())
+    except OSError:
+        pass
+    return set()
 
 
 def capability(flags: set[str]) -> str:
