@@ -183,16 +183,16 @@ def test_fused_kernel_falls_back_where_optiq_does() -> None:
     k = list(mx.quantize(mx.random.normal((1, 2, 20, 64)).astype(mx.bfloat16), group_size=64, bits=4))
     v = list(mx.quantize(mx.random.normal((1, 2, 20, 64)).astype(mx.bfloat16), group_size=64, bits=4))
     stock = quantized_scaled_dot_product_attention(q, k, v, 0.125, "causal", 64, 4)
-    tiled = fused_quantized_attention(q, k, v, 0.125, "causal", group_size=64, bits=4, n_chunk=8)
+    tiled = fused_quantized_attention(q, k, v, scale=0.125, mask="causal", group_size=64, bits=4, n_chunk=8)
     assert np.allclose(np.array(stock.astype(mx.float32)), np.array(tiled.astype(mx.float32)), atol=0.05)
     mask = mx.ones((3, 20), dtype=mx.bool_)  # an array mask (a rotating window's): stock path
     assert mx.array_equal(
-        fused_quantized_attention(q, k, v, 0.125, mask, group_size=64, bits=4, n_chunk=8),
+        fused_quantized_attention(q, k, v, scale=0.125, mask=mask, group_size=64, bits=4, n_chunk=8),
         quantized_scaled_dot_product_attention(q, k, v, 0.125, mask, 64, 4),
     ).item()
     q32 = q.astype(mx.float32)
     assert mx.array_equal(
-        fused_quantized_attention(q32, k, v, 0.125, "causal", group_size=64, bits=4, n_chunk=8),
+        fused_quantized_attention(q32, k, v, scale=0.125, mask="causal", group_size=64, bits=4, n_chunk=8),
         quantized_scaled_dot_product_attention(q32, k, v, 0.125, "causal", 64, 4),
     ).item()
 

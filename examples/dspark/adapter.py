@@ -209,11 +209,10 @@ class DSpark:
             raise ValueError("teacher-forced runs: dspark's speculative loop chooses its own tokens (free runs only)")
         if decode != "eager":
             raise ValueError(f"decode {decode!r}: only dspark's eager loop runs here")
-        for key, value in spec.items():
-            if key not in RUNS and value is not None:
-                raise ValueError(f"this adapter runs plain and chat scenarios only: {key}")
-        if spec.get("kind") not in ("plain", "chat"):
-            raise ValueError(f"this adapter runs plain and chat scenarios only: kind {spec.get('kind')!r}")
+        unknown = [key for key, value in spec.items() if key not in RUNS and value is not None]
+        if unknown or spec.get("kind") not in ("plain", "chat"):
+            what = ", ".join(unknown) or f"kind {spec.get('kind')!r}"
+            raise ValueError(f"this adapter runs plain and chat scenarios only: {what}")
         n = spec["n_tokens"]
         rendered, prompt_ids = encode(self.tokenizer, spec)
         if self.mode == "bigram":

@@ -100,7 +100,9 @@ class Attention(nn.Module):
             # cache may carry its own kernel over its quantized storage; the caches of
             # models.universal.quantized_cache do not, so L1 always runs the stock one.
             attend = getattr(cache, "quantized_attention", quantized_scaled_dot_product_attention)
-            out = attend(queries, keys, values, self.scale, mask, group_size=cache.group_size, bits=cache.bits)
+            out = attend(
+                queries, keys, values, scale=self.scale, mask=mask, group_size=cache.group_size, bits=cache.bits
+            )
         else:
             # GQA needs no repeat: the fused SDPA broadcasts kv heads over query heads.
             out = mx.fast.scaled_dot_product_attention(queries, keys, values, scale=self.scale, mask=mask)

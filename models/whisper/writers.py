@@ -146,8 +146,20 @@ class SubtitlesWriter(ResultWriter):
     always_include_hours: bool
     decimal_marker: str
 
+    header: str  # written once before the cues
+
     def format_timestamp(self, seconds: float) -> str:
         return format_timestamp(seconds, self.always_include_hours, self.decimal_marker)
+
+    def cue(self, number: int, start: str, end: str, text: str) -> str:
+        raise NotImplementedError
+
+    def write_result(
+        self, result: dict[str, Any], file: TextIO, options: dict[str, Any] | None = None, **kwargs: Any
+    ) -> None:
+        file.write(self.header)
+        for number, (start, end, text) in enumerate(self.iterate_result(result, options, **kwargs), start=1):
+            file.write(self.cue(number, start, end, text))
 
     def iterate_result(
         self,
@@ -202,25 +214,20 @@ class WriteVTT(SubtitlesWriter):
     extension = "vtt"
     always_include_hours = False
     decimal_marker = "."
+    header = "WEBVTT\n\n"
 
-    def write_result(
-        self, result: dict[str, Any], file: TextIO, options: dict[str, Any] | None = None, **kwargs: Any
-    ) -> None:
-        file.write("WEBVTT\n\n")
-        for start, end, text in self.iterate_result(result, options, **kwargs):
-            file.write(f"{start} --> {end}\n{text}\n\n")
+    def cue(self, number: int, start: str, end: str, text: str) -> str:
+        return f"{start} --> {end}\n{text}\n\n"
 
 
 class WriteSRT(SubtitlesWriter):
     extension = "srt"
     always_include_hours = True
     decimal_marker = ","
+    header = ""
 
-    def write_result(
-        self, result: dict[str, Any], file: TextIO, options: dict[str, Any] | None = None, **kwargs: Any
-    ) -> None:
-        for number, (start, end, text) in enumerate(self.iterate_result(result, options, **kwargs), start=1):
-            file.write(f"{number}\n{start} --> {end}\n{text}\n\n")
+    def cue(self, number: int, start: str, end: str, text: str) -> str:
+        return f"{number}\n{start} --> {end}\n{text}\n\n"
 
 
 class WriteTSV(ResultWriter):

@@ -37,16 +37,18 @@ def fused_quantized_attention(
     queries: mx.array,
     q_keys: QuantizedArrays,
     q_values: QuantizedArrays,
-    scale: float,
-    mask: mx.array | str | None,
     *,
-    group_size: int,
+    mask: mx.array | str | None,
+    scale: float,
     bits: int,
+    group_size: int,
     n_chunk: int = 512,
 ) -> mx.array:
-    """The stock attention's arguments, the two quantization integers by keyword (no swap)."""
+    """The stock attention's arguments, all but the three tensors by keyword (no swap)."""
     if not takes_fused_path(queries, mask, group_size, bits):
-        return quantized_scaled_dot_product_attention(queries, q_keys, q_values, scale, mask, group_size, bits)
+        return quantized_scaled_dot_product_attention(
+            queries, q_keys, q_values, scale=scale, mask=mask, group_size=group_size, bits=bits
+        )
 
     batch, n_q_heads, length, head_dim = queries.shape
     n_kv_heads = q_keys[0].shape[-3]
