@@ -92,6 +92,9 @@ class Plugin:
     name: str = ""
     load_timeout_s: float = 600.0
     run_timeout_s: float = 600.0
+    # The mlx of its comparisons when its profile's oracle is a variant pinning another than the
+    # project's (set by the profile loader, never by a profile: harness/oracle/pins.py comparison_mlx).
+    _comparison_mlx: str | None = None
 
     def validate(self, where: str) -> None:
         if (self.command is None) == (self.python is None):

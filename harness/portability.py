@@ -74,6 +74,7 @@ def pin_files() -> list[PinFile]:
         files.append(PinFile(oracle / "requirements.txt", False))
         if (oracle / "requirements-nodeps.txt").is_file():
             files.append(PinFile(oracle / "requirements-nodeps.txt", True))
+        files += [PinFile(variant, False) for variant in sorted((oracle / "variants").glob("*.txt"))]
     return files
 
 
@@ -150,7 +151,8 @@ class Resolution:
         """What makes this resolution unusable for the harness, beyond resolving at all."""
         from harness.oracle.descriptor import ORACLES
 
-        oracle = ORACLES.get(self.pins.path.parent.name)
+        folder = self.pins.path.parent
+        oracle = ORACLES.get(folder.parent.name if folder.name == "variants" else folder.name)
         family = oracle.family if oracle else "mlx"  # the project venv runs MLX
         out = []
         if self.pins.no_deps:
@@ -162,6 +164,10 @@ class Resolution:
                 out.append(
                     f"{self.pins.label} installs CUDA packages on {self.platform.name}: {cuda_packages(self.resolved)}"
                 )
+        elif family == "native":  # an original format's own runtime: itself, and never mlx
+            runtime = oracle.distributions[0] if oracle else ""
+            if runtime not in self.resolved or "mlx" in self.resolved:
+                out.append(f"{self.pins.label} must install {runtime} and no mlx on {self.platform.name}")
         elif "mlx" not in self.resolved:
             out.append(f"{self.pins.label} installs no mlx on {self.platform.name}")
         return out

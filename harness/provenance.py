@@ -19,6 +19,7 @@ the golden as `recorded_on`, for the failure message, never compared.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.metadata
 import platform
@@ -26,7 +27,9 @@ import re
 import subprocess
 from dataclasses import asdict, dataclass
 
+from harness.errors import OracleError
 from harness.oracle.descriptor import oracle_family
+from harness.oracle.pins import comparison_mlx
 from harness.oracle.venvs import TorchFacts, ensure_oracle_env, torch_facts
 
 # Name patterns of BLAS libraries, most specific first: the first one loaded wins.
@@ -125,8 +128,10 @@ def torch_key(facts: DeviceFacts, torch: TorchFacts) -> GoldenKey:
 def golden_key(oracle: str) -> GoldenKey:
     """The key of the goldens `oracle` makes on this machine: the one keying rule."""
     family = oracle_family(oracle)
-    if family == "mlx":
-        return mlx_key(device_facts())
+    if family == "mlx":  # the mlx of the comparison: a variant's pinned one, else the project's
+        return mlx_key(dataclasses.replace(device_facts(), mlx=comparison_mlx(oracle)))
+    if family != "torch":
+        raise OracleError(f"oracle {oracle} ({family}) makes no goldens: it has no golden key")
     from harness.oracle.torch_key import predicted_torch_facts
 
     torch = predicted_torch_facts(oracle) or torch_facts(ensure_oracle_env(oracle))

@@ -163,8 +163,8 @@ def test_every_tracked_golden_is_fresh() -> None:
     machine its key serves: it must be regenerated or removed, not shipped."""
     from harness import COMPACT_GOLDEN_FORMAT, FULL_GOLDEN_FORMAT, HARNESS_VERSION
     from harness.artifacts.files import sha256_file
+    from harness.oracle.pins import pins_hash, read_pins
     from harness.oracle.sources import common_sources
-    from harness.oracle.venvs import pins_hash, read_pins
     from harness.paths import oracles_dir
     from harness.profile.load import find_profile
 
@@ -205,7 +205,7 @@ def test_every_tracked_golden_is_fresh() -> None:
             scenario = next((s for s in profile.scenarios if s.id == m["scenario"]), None)
             if scenario is None:
                 problems.append("scenario no longer in the profile")
-            elif prov["scenario_hash"] != profile.scenario_hash(scenario):
+            elif prov["scenario_hash"] != profile.planned(scenario).spec_sha256:
                 problems.append("scenario changed")
         if problems:
             stale.append(f"{path.relative_to(REPO_ROOT)}: {', '.join(problems)}")

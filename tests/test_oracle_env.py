@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from harness.errors import OracleError, OracleVersionError
-from harness.oracle.venvs import MLX_FREE_ORACLES, NODEPS_MARKER, OracleEnv, check_same_mlx, pins_hash, read_pins
+from harness.oracle.descriptor import MLX_FREE_ORACLES, oracle_family
+from harness.oracle.pins import NODEPS_MARKER, pins_hash, read_pins
+from harness.oracle.venvs import OracleEnv, check_same_mlx
 from harness.paths import oracles_dir
 from harness.runners.oracle import OracleRunner
 from tests.conftest import write_profile
@@ -26,7 +28,7 @@ def fake_env(root: Path, mlx: str) -> OracleEnv:
 
 def test_oracle_with_other_mlx_is_refused_naming_both(tmp_path: Path) -> None:
     env = fake_env(tmp_path / "venv", "0.31.0")
-    with pytest.raises(OracleVersionError, match=r"has mlx 0\.31\.0, the project venv has mlx 0\.32\.4"):
+    with pytest.raises(OracleVersionError, match=r"has mlx 0\.31\.0, its comparisons run mlx 0\.32\.4"):
         check_same_mlx(env, "0.32.4")
     assert check_same_mlx(env, "0.31.0")["mlx"] == "0.31.0"
 
@@ -75,7 +77,9 @@ def test_the_mlx_pin_is_checked_before_a_venv_is_built(isolated: Path, monkeypat
     oracles = isolated / "oracles"
     (oracles / "mlx-lm").mkdir(parents=True)
     (oracles / "mlx-lm" / "requirements.txt").write_text(tracked["mlx-lm"].replace("==0.32.4", "==0.31.0"))
-    monkeypatch.setattr(venvs, "oracles_dir", lambda: oracles)
+    import harness.oracle.pins as pins_module
+
+    monkeypatch.setattr(pins_module, "oracles_dir", lambda: oracles)
     with pytest.raises(
         OracleVersionError,
         match=r"oracle mlx-lm: its pins install mlx 0.31.0 on this platform, the project runs mlx 0.32.4: "
@@ -85,7 +89,7 @@ def test_the_mlx_pin_is_checked_before_a_venv_is_built(isolated: Path, monkeypat
 
 
 # Oracles that compute with PyTorch (judged on tokens, or within a declared tolerance).
-TORCH_ORACLES = MLX_FREE_ORACLES
+TORCH_ORACLES = tuple(o for o in MLX_FREE_ORACLES if oracle_family(o) == "torch")
 
 
 def test_oracle_and_project_pin_the_same_mlx() -> None:
@@ -97,8 +101,8 @@ def test_oracle_and_project_pin_the_same_mlx() -> None:
     project = mlx_pins(oracles_dir().parent / "requirements.txt")
     assert project and all("0.32.4" in line for line in project)
     for pins in oracles_dir().glob("*/requirements.txt"):
-        if pins.parent.name in TORCH_ORACLES:
-            assert mlx_pins(pins) == [], pins  # PyTorch oracles: no mlx in their venv at all
+        if pins.parent.name in MLX_FREE_ORACLES:
+            assert mlx_pins(pins) == [], pins  # PyTorch oracles and native runtimes: no mlx in their venv
         else:
             assert mlx_pins(pins) == project, pins
 
@@ -177,5 +181,5 @@ def test_an_undeclared_script_or_oracle_is_an_error_naming_what_there_is() -> No
 
     with pytest.raises(OracleError, match=r"oracle mlx-lm has no script 'calibrate.py': it runs \['generate.py'"):
         descriptor("mlx-lm").script("calibrate.py")
-    with pytest.raises(OracleError, match=r"unknown oracle 'llama-cpp': expected one of: mlx-lm, "):
+    with pytest.raises(OracleError, match=r"unknown oracle 'llama-cpp': expected one of: ctranslate2, mlx-lm, "):
         descriptor("llama-cpp")

@@ -85,7 +85,7 @@ def test_a_reported_environment_of_another_mlx_backend_or_blas_is_refused() -> N
     facts = device_facts()
     good = {"mlx": facts.mlx, "device": f"Device({facts.backend}, 0)", "blas_libraries": []}
     OracleProcess("mlx-lm").check_environment(good)
-    with pytest.raises(OracleVersionError, match=r"oracle mlx-lm ran mlx 0\.1\.0, the project runs mlx"):
+    with pytest.raises(OracleVersionError, match=r"oracle mlx-lm ran mlx 0\.1\.0, its comparisons run mlx"):
         OracleProcess("mlx-lm").check_environment(good | {"mlx": "0.1.0"})
     with pytest.raises(OracleVersionError, match=r"oracle mlx-whisper ran on Device\(elsewhere, 0\)"):
         OracleProcess("mlx-whisper").check_environment(good | {"device": "Device(elsewhere, 0)"})

@@ -93,8 +93,8 @@ def test_scenario_hash_changes_with_what_is_computed(isolated: Path) -> None:
     before = load_profile(path)
     path.write_text(VALID_PROFILE.format(name="tiny").replace("steps: 3", "steps: 4"))
     after = load_profile(path)
-    assert before.scenario_hash(before.scenarios[0]) != after.scenario_hash(after.scenarios[0])
-    assert before.scenario_hash(before.scenarios[1]) == after.scenario_hash(after.scenarios[1])
+    assert before.planned(before.scenarios[0]).spec_sha256 != after.planned(after.scenarios[0]).spec_sha256
+    assert before.planned(before.scenarios[1]).spec_sha256 == after.planned(after.scenarios[1]).spec_sha256
 
 
 SPEECH_PROFILE = """\

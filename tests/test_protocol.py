@@ -87,7 +87,7 @@ def test_a_python_factory_is_served_by_the_host_and_its_own_failure_is_that_scen
         ("exit-at-start", ProtocolError, r"exited before answering 'hello'.*\(exit 7\); its stderr ends:\ncannot"),
         ("garbage-hello", ProtocolError, r"answered 'hello' with 'Loading weights\.\.\. done': expected one JSON"),
         ("protocol-2", ProtocolError, r"hello: protocol 2, expected 1"),
-        ("other-mlx", ProtocolError, r"it runs mlx 0\.1\.0, the project and its oracle mlx"),
+        ("other-mlx", ProtocolError, r"it runs mlx 0\.1\.0, its oracle mlx"),
         ("wrong-answer", ProtocolError, r"answered 'load' with op 'ran', expected 'loaded'"),
         ("crash-at-run", ProtocolError, r"exited before answering 'run'.*\(exit 139\).*Segmentation fault"),
         ("wrong-id", ProtocolError, r"answered run 'plain\.1' with id 'someone-else', expected the same id"),
@@ -160,8 +160,8 @@ def test_a_requirements_file_is_read_into_the_venv_hash(tmp_path: Path, monkeypa
     with pytest.raises(ProfileError, match=r"implementation x: requirements: '-r nope.txt': cannot read"):
         venv.expand(["-r nope.txt"], "x")
     monkeypatch.setenv("MLX_PARITY_CACHE", str(tmp_path / "cache"))
-    with pytest.raises(OracleVersionError, match=r"install mlx 9\.9, the project runs mlx .*nothing was built"):
-        venv.ensure_plugin_env("x", ["-r req.txt"])
+    with pytest.raises(OracleVersionError, match=r"install mlx 9\.9, its oracle runs mlx 0\.32\.4.*nothing was built"):
+        venv.ensure_plugin_env("x", ["-r req.txt"], "0.32.4")
     assert not (tmp_path / "cache" / "venvs").exists() or not any((tmp_path / "cache" / "venvs").glob("plugin-*/"))
 
 

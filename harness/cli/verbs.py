@@ -74,6 +74,14 @@ def _calibrate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--write", action="store_true", help="write each scenario's calibration record and the budget")
 
 
+def _certify(p: argparse.ArgumentParser) -> None:
+    options.model(p, required=True)
+    p.add_argument("--calibrate", action="store_true", help="measure the runtime's spread over its CPU kernels")
+    p.add_argument("--write", action="store_true", help="with --calibrate: record the bound (then review, commit)")
+    p.add_argument("--isa", action="append", default=[], help="with --calibrate: only this CPU ISA (repeatable)")
+    options.out(p, "reports folder (default: reports/)")
+
+
 def _mutants(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--only", nargs="*", help="mutant names, comma- or space-separated (the matrix then covers only them)"
@@ -191,6 +199,9 @@ VERBS = (
     Verb("quality", "harness.quality.cli:run", "quantization quality of a profile's pairs against controls", _quality),
     Verb(
         "calibrate", "harness.tools.calibrate:run", "the Whisper fast path's L2 budget and bounds (--write)", _calibrate
+    ),
+    Verb(
+        "certify", "harness.certificate.cli:run", "certify an artifact's conversion against its own runtime", _certify
     ),
     Verb(
         "mutants",

@@ -74,10 +74,10 @@ class CalibrationRecord:
 
     def as_json(self) -> dict[str, Any]:
         body = self.body()
-        return body | {"sha256": _canonical_sha256(body)}
+        return body | {"sha256": canonical_sha256(body)}
 
 
-def _canonical_sha256(body: dict[str, Any]) -> str:
+def canonical_sha256(body: dict[str, Any]) -> str:
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -117,7 +117,7 @@ def read_record(path: Path, profile: str, scenario: str, device_key: str, golden
     if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("kind") != KIND:
         raise CalibrationError(f"{path}: not a format-{FORMAT} {KIND} record; write it again with {hint}")
     body = {k: v for k, v in data.items() if k != "sha256"}
-    if data.get("sha256") != _canonical_sha256(body):
+    if data.get("sha256") != canonical_sha256(body):
         raise CalibrationError(
             f"{path}: the record does not hash to its sha256: it was edited by hand; budgets and bounds "
             f"come from measurement only: write it again with {hint}"

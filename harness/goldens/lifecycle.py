@@ -31,9 +31,11 @@ from harness.artifacts.requantize import requantized_provenance
 from harness.errors import GoldenError, HarnessError, OracleError, OracleVersionError
 from harness.goldens.calibration import CalibrationRecord, golden_identity, read_record
 from harness.goldens.store import Golden, GoldenStatus, GoldenStore
+from harness.oracle.descriptor import descriptor, is_mlx_free
+from harness.oracle.pins import comparison_mlx
 from harness.oracle.sources import common_sources
-from harness.oracle.venvs import MLX_FREE_ORACLES, oracle_pins_hash
-from harness.paths import REPO_ROOT, cache_root, goldens_dir, oracles_dir
+from harness.oracle.venvs import oracle_pins_hash
+from harness.paths import REPO_ROOT, cache_root, goldens_dir
 from harness.profile import Profile, Scenario
 from harness.progress import progress
 from harness.provenance import device_facts, golden_key
@@ -125,7 +127,7 @@ class GoldenLifecycle:
         oracle_facts = {
             "name": oracle,
             "pins_hash": oracle_pins_hash(oracle),
-            "generator_sha256": sha256_file(oracles_dir() / oracle / "generate.py"),
+            "generator_sha256": sha256_file(descriptor(oracle).script("generate.py")),
         }
         common = {name: sha256_file(path) for name, path in common_sources(oracle).items()}
         if common:  # oracles/common modules the generator loads
@@ -205,12 +207,13 @@ class GoldenLifecycle:
             }
         for golden in goldens.values():
             oracle_mlx = golden.manifest.get("oracle_environment", {}).get("mlx")
-            if golden.manifest.get("oracle") in MLX_FREE_ORACLES:
+            if is_mlx_free(golden.manifest.get("oracle", "")):
                 continue  # no mlx in it: judged on tokens only (profile validation sees to that)
-            if oracle_mlx != device_facts().mlx:
+            expected = comparison_mlx(golden.manifest.get("oracle", ""))  # a variant's, else the project's
+            if oracle_mlx != expected:
                 raise OracleVersionError(
-                    f"golden {golden.manifest_path} was made by an oracle running mlx {oracle_mlx}, the "
-                    f"project runs mlx {device_facts().mlx}: refusing to compare"
+                    f"golden {golden.manifest_path} was made by an oracle running mlx {oracle_mlx}, its "
+                    f"comparisons run mlx {expected}: refusing to compare"
                 )
         self._goldens[profile.name] = goldens
         return goldens

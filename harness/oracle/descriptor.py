@@ -4,10 +4,16 @@ distributions that identify it, the records it judges and the scripts it runs.
 Everything else reads these descriptors (the venv builder, the golden key, the profile
 validator, the quality runs, the process seam in harness/oracle/process.py); a new oracle of
 an existing family is its folder `oracles/<name>/` (pins and scripts) plus one row here.
+
+A profile may pin other versions of an oracle (issue 33 part 4: "what changed between mlx-lm X
+and Y?", a package that requires other pins): `oracles/<name>/variants/<label>.txt` holds them,
+and the oracle `<name>@<label>` is that row with those pins, its own venv and golden key (the
+key names the mlx its pins install: the comparison's, which the implementation must share).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +21,8 @@ from harness.errors import OracleError, table_row
 from harness.implementations import LLM, SPEECH, VAD
 from harness.paths import oracles_dir
 
-FAMILIES = ("mlx", "torch")
+FAMILIES = ("mlx", "torch", "native")
+VARIANT = "@"  # `<oracle>@<label>`: the oracle with the pins of oracles/<oracle>/variants/<label>.txt
 
 
 @dataclass(frozen=True)
@@ -24,7 +31,9 @@ class OracleDescriptor:
 
     - `family`: the framework it computes in. It decides what keys its goldens
       (harness/provenance.py, golden_key), whether its venv may hold mlx, and how its venv is
-      built (a torch oracle's pins are resolved first, and a CUDA build refused).
+      built (a torch oracle's pins are resolved first, and a CUDA build refused). `native`: an
+      original format's own runtime (CTranslate2 on its model.bin): it makes no goldens, only
+      the conversion certificate's measurements (harness/certificate/).
     - `distributions`: the installed distributions whose versions identify its interpreter.
     - `serves`: the record kinds (harness/implementations.py: LLM, SPEECH, VAD) whose scenarios
       it may judge: any implementation producing them.
@@ -50,8 +59,17 @@ class OracleDescriptor:
         assert self.family in FAMILIES, self.family
 
     @property
+    def base(self) -> str:
+        """The row's name: `mlx-lm` for `mlx-lm` and for its variant `mlx-lm@<label>`."""
+        return self.name.partition(VARIANT)[0]
+
+    @property
+    def variant(self) -> str | None:
+        return self.name.partition(VARIANT)[2] or None
+
+    @property
     def folder(self) -> Path:
-        return oracles_dir() / self.name
+        return oracles_dir() / self.base
 
     def script(self, name: str) -> Path:
         """The path of one of its scripts; a script it does not declare is an error naming them."""
@@ -96,6 +114,13 @@ ORACLES = {
             scripts=("generate.py",),
         ),
         OracleDescriptor(
+            "ctranslate2",
+            family="native",
+            distributions=("ctranslate2",),
+            serves=(),
+            scripts=("certify.py",),
+        ),
+        OracleDescriptor(
             "silero-vad",
             family="torch",
             distributions=("torch",),
@@ -115,13 +140,34 @@ COMPOSED_ORACLE = next(name for name, o in ORACLES.items() if o.composes)
 
 
 def descriptor(oracle: str) -> OracleDescriptor:
-    return table_row(
+    base, _, label = oracle.partition(VARIANT)
+    row = table_row(
         ORACLES,
-        oracle,
+        base,
         "oracle",
         "a new oracle is a folder oracles/<name>/ and a row in harness/oracle/descriptor.py",
         OracleError,
     )
+    if not label:
+        return row
+    pins = variant_pins_path(base, label)
+    if not pins.is_file():
+        known = sorted(p.stem for p in pins.parent.glob("*.txt"))
+        raise OracleError(
+            f"oracle {oracle}: no pins for variant {label!r} at {pins} (variants of {base}: {known or 'none'})"
+        )
+    if row.composes:
+        raise OracleError(f"oracle {oracle}: {base} judges composed paths against the project's mlx; no variants")
+    return dataclasses.replace(row, name=oracle)
+
+
+def variant_pins_path(base: str, label: str) -> Path:
+    return oracles_dir() / base / "variants" / f"{label}.txt"
+
+
+def is_mlx_free(oracle: str) -> bool:
+    """It computes in another framework (no mlx in its venv): judged on tokens only."""
+    return oracle_family(oracle) != "mlx"
 
 
 def oracle_family(oracle: str) -> str:
@@ -136,6 +182,11 @@ def oracles_serving(records: str) -> tuple[str, ...]:
 def with_feature(feature: str) -> tuple[str, ...]:
     """The oracles whose generator records `feature` (see OracleDescriptor.features)."""
     return tuple(name for name, o in ORACLES.items() if feature in o.features)
+
+
+def has_feature(oracle: str, feature: str) -> bool:
+    """Its generator records `feature` (a variant's is its row's)."""
+    return feature in descriptor(oracle).features
 
 
 def quality_oracle(records: str) -> str:

@@ -15,8 +15,9 @@ from harness import settings
 from harness.errors import OracleVersionError, ProfileError
 from harness.fileio import atomic_write_bytes
 from harness.implementations import Plugin
+from harness.oracle.pins import pinned_mlx, pins_hash, project_mlx
 from harness.oracle.process import start_process
-from harness.oracle.venvs import OracleEnv, Pins, ensure_built, pinned_mlx, pins_hash, project_mlx
+from harness.oracle.venvs import OracleEnv, Pins, ensure_built
 from harness.paths import REPO_ROOT, cache_root
 from harness.timing import clock
 
@@ -91,7 +92,7 @@ def plugin_command(plugin: Plugin) -> tuple[list[str], dict[str, str]]:
     env = settings.environment()
     python = None
     if plugin.requirements:
-        venv = ensure_plugin_env(plugin.label, plugin.requirements)
+        venv = ensure_plugin_env(plugin.label, plugin.requirements, plugin._comparison_mlx or project_mlx())
         python, env = venv.python, venv.command()[1]
     if plugin.python is not None:
         cmd = [str(python), "-I", str(HOST), plugin.python, *(str(REPO_ROOT / p) for p in plugin.path)]
@@ -101,21 +102,21 @@ def plugin_command(plugin: Plugin) -> tuple[list[str], dict[str, str]]:
     return cmd, env | {"HF_HUB_OFFLINE": "1"}
 
 
-def ensure_plugin_env(label: str, requirements: list[str]) -> OracleEnv:
+def ensure_plugin_env(label: str, requirements: list[str], mlx: str | None) -> OracleEnv:
     """The venv of a plugin implementation (harness/implementations.py `Plugin`), built from the
     profile's requirements like an oracle's (keyed by their hash, under `venvs/plugin-<hash>`; pip
-    runs in the repository, so a requirement may be a folder of it). An exact mlx pin must be the
-    project's (the one-mlx rule); without one, the plugin's own handshake says which it runs."""
+    runs in the repository, so a requirement may be a folder of it). An exact mlx pin must be `mlx`,
+    its comparisons' (the one-mlx rule); without one, the plugin's own handshake says which it runs."""
     pins, digest = plugin_pins(label, requirements)
     root = cache_root() / "venvs" / f"plugin-{digest}"
     env = OracleEnv(name=label, root=root, pins_hash=digest, pins=pins)
 
     def check() -> None:
-        wrong = [v for v in pinned_mlx(pins) if v != project_mlx()]
+        wrong = [v for v in pinned_mlx(pins) if v != mlx]
         if wrong:
             raise OracleVersionError(
-                f"implementation {label}: its requirements install mlx {', '.join(wrong)}, the project runs mlx "
-                f"{project_mlx()}: bits are compared within one mlx version (nothing was built)"
+                f"implementation {label}: its requirements install mlx {', '.join(wrong)}, its oracle runs mlx "
+                f"{mlx}: bits are compared within one mlx version (nothing was built)"
             )
         root.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(root.with_name(root.name + ".requirements.txt"), pins.encode())

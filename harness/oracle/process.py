@@ -31,6 +31,7 @@ from typing import Any
 
 from harness.errors import OracleError, OracleVersionError
 from harness.oracle.descriptor import OracleDescriptor, descriptor
+from harness.oracle.pins import comparison_mlx
 from harness.oracle.venvs import OracleEnv, check_same_mlx, ensure_oracle_env
 from harness.paths import cache_root
 from harness.progress import progress
@@ -132,8 +133,9 @@ class OracleProcess:
         return self._env
 
     def check_versions(self) -> dict[str, str | None]:
-        """Before a run: the venv's mlx is the project's (an mlx-free oracle has none); its versions."""
-        return check_same_mlx(self.env, device_facts().mlx)
+        """Before a run: the venv's mlx is the comparison's (the project's, or a variant's pinned
+        one; an mlx-free oracle has none); its versions."""
+        return check_same_mlx(self.env, comparison_mlx(self.name))
 
     def _command(self, script: str, work: Path, *extra: str) -> tuple[list[str], dict[str, str]]:
         cmd, env = self.env.command(
@@ -187,16 +189,17 @@ class OracleProcess:
         return out.stdout
 
     def check_environment(self, oracle_env: dict[str, Any]) -> None:
-        """The environment block a script reported: the project's mlx, backend and BLAS (an
+        """The environment block a script reported: the comparison's mlx, the project's backend and BLAS (an
         mlx-free oracle must have run without mlx)."""
         facts = device_facts()
         if self.descriptor.family != "mlx":  # another framework: judged on tokens only
             if oracle_env.get("mlx") is not None:
                 raise OracleVersionError(f"oracle {self.name} ran mlx {oracle_env['mlx']}: it must run without it")
             return
-        if oracle_env.get("mlx") != facts.mlx:
+        expected = comparison_mlx(self.name)
+        if oracle_env.get("mlx") != expected:
             raise OracleVersionError(
-                f"oracle {self.name} ran mlx {oracle_env.get('mlx')}, the project runs mlx {facts.mlx}"
+                f"oracle {self.name} ran mlx {oracle_env.get('mlx')}, its comparisons run mlx {expected}"
             )
         oracle_device = str(oracle_env.get("device", ""))
         if facts.backend not in oracle_device:

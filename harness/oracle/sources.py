@@ -9,6 +9,7 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
+from harness.oracle.descriptor import VARIANT
 from harness.paths import oracles_dir
 
 
@@ -18,7 +19,7 @@ def common_sources(oracle: str, script: str = "generate.py") -> dict[str, Path]:
     themselves): part of what its goldens depend on, hashed into their provenance beside it."""
     common = {p.stem: p for p in sorted((oracles_dir() / "common").glob("*.py"))}
     names = set()
-    for node in ast.walk(ast.parse((oracles_dir() / oracle / script).read_text())):
+    for node in ast.walk(ast.parse((oracles_dir() / oracle.partition(VARIANT)[0] / script).read_text())):
         if isinstance(node, ast.Import):
             names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
@@ -33,7 +34,7 @@ def script_sources(oracle: str, script: str) -> dict[str, Path]:
     """Every file `script` of `oracle` runs: itself, the sibling scripts it loads by path (a
     string constant naming one, e.g. quality.py running generate.py's functions), and the
     oracles/common modules each of those loads. Keyed by path relative to oracles/."""
-    folder = oracles_dir() / oracle
+    folder = oracles_dir() / oracle.partition(VARIANT)[0]  # a variant runs its row's scripts
     scripts = {script}
     for node in ast.walk(ast.parse((folder / script).read_text())):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.endswith(".py"):

@@ -21,7 +21,8 @@ import re
 
 from harness import settings
 from harness.errors import OracleVersionError
-from harness.oracle.venvs import OracleEnv, TorchFacts, read_pins, torch_facts
+from harness.oracle.pins import read_pins
+from harness.oracle.venvs import OracleEnv, TorchFacts, torch_facts
 
 CPU_INDEX = "download.pytorch.org/whl/cpu"
 

@@ -10,11 +10,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import importlib.metadata
 import json
 import os
-import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -26,8 +23,9 @@ from filelock import FileLock
 
 from harness import settings
 from harness.errors import OracleError, OracleVersionError
-from harness.oracle.descriptor import MLX_FREE_ORACLES, ORACLE_DISTRIBUTIONS, descriptor, oracle_family
-from harness.paths import cache_root, oracles_dir
+from harness.oracle.descriptor import ORACLE_DISTRIBUTIONS, descriptor, is_mlx_free, oracle_family
+from harness.oracle.pins import check_mlx_pin, nodeps_pins_path, pins_hash, pins_path, project_mlx, read_pins
+from harness.paths import cache_root
 from harness.progress import progress
 from harness.timing import clock
 
@@ -76,96 +74,6 @@ class OracleEnv:
         if out.returncode != 0:
             raise OracleError(f"oracle venv {self.root}: cannot read versions: {out.stderr.strip()}")
         return json.loads(out.stdout)
-
-
-def pins_path(oracle: str) -> Path:
-    descriptor(oracle)  # an unknown name is an error naming the known ones
-    path = oracles_dir() / oracle / "requirements.txt"
-    if not path.is_file():
-        raise OracleError(f"unknown oracle {oracle!r}: expected pins at {path}")
-    return path
-
-
-def nodeps_pins_path(oracle: str) -> Path:
-    """Optional second pin file, installed with `--no-deps` after the first (a package whose
-    declared dependencies are far wider than what the oracle imports, e.g. mlx-optiq)."""
-    return oracles_dir() / oracle / "requirements-nodeps.txt"
-
-
-NODEPS_MARKER = "# --no-deps"  # where the second pin file starts in read_pins' text
-
-
-def read_pins(oracle: str) -> str:
-    """Everything the venv is built from: both pin files (the second marked as such)."""
-    pins = pins_path(oracle).read_text()
-    nodeps = nodeps_pins_path(oracle)
-    if nodeps.is_file():
-        pins += f"\n{NODEPS_MARKER}\n" + nodeps.read_text()
-    return pins
-
-
-def normalized_pins(pins: str) -> str:
-    """The pins as pip reads them: comments, blank lines and surrounding whitespace dropped
-    (the marker between the two files kept), so editing a comment builds no new venv and
-    stales no golden."""
-    lines = []
-    for line in pins.splitlines():
-        if line.strip() == NODEPS_MARKER:
-            lines.append(NODEPS_MARKER)
-            continue
-        line = re.sub(r"(^|\s)#.*$", "", line).strip()  # pip's comment rule: '#' at the start or after a space
-        if line:
-            lines.append(line)
-    return "\n".join(lines) + "\n"
-
-
-def pinned_mlx(pins: str) -> list[str]:
-    """The exact mlx versions the pins install on this platform (markers evaluated)."""
-    from packaging.requirements import InvalidRequirement, Requirement
-
-    versions = []
-    for line in normalized_pins(pins).splitlines():
-        if line.startswith("-") or line == NODEPS_MARKER:
-            continue
-        try:
-            req = Requirement(line)
-        except InvalidRequirement:
-            continue
-        if req.name.lower() in ("mlx", "mlx-cpu", "mlx-metal", "mlx-cuda") and (
-            req.marker is None or req.marker.evaluate()
-        ):
-            versions += [spec.version for spec in req.specifier if spec.operator == "=="] or ["(not pinned exactly)"]
-    return versions
-
-
-def check_mlx_pin(oracle: str, pins: str, project_mlx: str | None) -> None:
-    """Before a venv is built: an MLX oracle pins exactly the project's mlx, an mlx-free one none."""
-    versions = pinned_mlx(pins)
-    if oracle_family(oracle) != "mlx":
-        if versions:
-            raise OracleVersionError(
-                f"oracle {oracle}: {pins_path(oracle)} pins mlx {versions}: it must run without mlx"
-            )
-        return
-    wrong = [v for v in versions if v != project_mlx]
-    if not versions or wrong:
-        found = ", ".join(versions) or "no exact mlx pin"
-        raise OracleVersionError(
-            f"oracle {oracle}: its pins install mlx {found} on this platform, the project runs mlx {project_mlx}: "
-            f"pin mlx=={project_mlx} in {pins_path(oracle)} (nothing was built)"
-        )
-
-
-def pins_hash(
-    pins: str,
-    python: tuple[int, int] = sys.version_info[:2],
-    machine: str = platform.machine(),
-    system: str = sys.platform,
-) -> str:
-    """Hash of what determines the venv: the pins and the interpreter they install into (by
-    default this one; a golden's own interpreter for a freshness check of tracked goldens)."""
-    basis = f"{normalized_pins(pins)}\n{tuple(python)}\n{machine}\n{system}"
-    return hashlib.sha256(basis.encode()).hexdigest()[:16]
 
 
 def ensure_oracle_env(oracle: str) -> OracleEnv:
@@ -239,13 +147,6 @@ def ensure_built(
         before_build()  # before minutes of building, not after
         _build(env, pins, what)
     return env
-
-
-def project_mlx() -> str | None:
-    try:
-        return importlib.metadata.version("mlx")
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def _build(env: OracleEnv, pins: Pins, what: str = "oracle venv") -> None:
@@ -334,11 +235,12 @@ def refuse_cuda_torch(oracle: str, pins: Path, dists: dict[str, str], stage: str
     )
 
 
-def check_same_mlx(env: OracleEnv, project_mlx: str) -> dict[str, str | None]:
-    """Refuse to go on when the oracle's mlx differs from the project's: bits would not compare."""
+def check_same_mlx(env: OracleEnv, project_mlx: str | None) -> dict[str, str | None]:
+    """Refuse to go on when the oracle's mlx differs from the comparison's (the project's, or a
+    variant's pinned one: comparison_mlx): bits would not compare."""
     versions = env.versions(*ORACLE_DISTRIBUTIONS, "mlx-cpu")
     oracle_mlx = versions.get("mlx")
-    if env.name in MLX_FREE_ORACLES:
+    if is_mlx_free(env.name):
         if oracle_mlx is not None:
             raise OracleVersionError(
                 f"oracle {env.name} venv {env.root} has mlx {oracle_mlx}: it must compute without it"
@@ -346,7 +248,7 @@ def check_same_mlx(env: OracleEnv, project_mlx: str) -> dict[str, str | None]:
         return versions
     if oracle_mlx != project_mlx:
         raise OracleVersionError(
-            f"oracle {env.name} venv {env.root} has mlx {oracle_mlx}, the project venv has mlx "
+            f"oracle {env.name} venv {env.root} has mlx {oracle_mlx}, its comparisons run mlx "
             f"{project_mlx}: refusing to generate or compare goldens across mlx versions "
             f"(pin the same mlx in {pins_path(env.name)} and requirements.txt)"
         )

@@ -21,6 +21,7 @@ from harness.implementations import (
 from harness.oracle.descriptor import COMPOSED_ORACLE, ORACLES
 from harness.paths import REPO_ROOT
 from harness.profile.bounds import _check_budget, _check_counts, _check_message
+from harness.profile.certificate import CertificateSpec
 from harness.profile.draft import draft_spec
 from harness.profile.plan import PlannedScenario, file_sha256, plan
 from harness.profile.quality import KV_GROUP_SIZES, QualitySpec
@@ -276,6 +277,9 @@ class Profile:
     oracle: OracleName
     artifact: ArtifactSpec
     scenarios: list[Scenario]
+    # Other pins for `oracle` (oracles/<oracle>/variants/<label>.txt): its scenarios are judged by
+    # `<oracle>@<label>`, in its own venv, under a golden key naming the mlx those pins install.
+    oracle_variant: str | None = None
     description: str = ""
     family: str | None = None  # the artifact's config must be detected as this family, exactly
     expect: dict[str, Any] = field(default_factory=dict)
@@ -284,6 +288,7 @@ class Profile:
     # Where an oracle itself breaks (a crash, a documented bug): recorded with the exact symptom,
     # carried into every report, never turned into a wider gate. Each: {oracle, path, symptom, seen}.
     oracle_defects: list[dict[str, str]] = field(default_factory=list)
+    certificate: CertificateSpec | None = None  # the conversion certified (harness/profile/certificate.py)
     quality: QualitySpec | None = None  # pairs measured apart from parity (harness/profile/quality.py)
     nightly: bool = True  # false: `make nightly` (the nightly CPU matrix) leaves it out; say why beside it
     source_file: str = ""
@@ -315,11 +320,10 @@ class Profile:
         return s.tier or ("L2" if s.composition is not None else self.tier)
 
     def oracle_of(self, s: Scenario) -> str:
-        if s.oracle:
-            return s.oracle
-        if s.composition is not None and not self.intree_composition(s):
+        if s.composition is not None and not self.intree_composition(s) and not s.oracle:
             return COMPOSED_ORACLE
-        return self.oracle
+        name = s.oracle or self.oracle
+        return f"{name}@{self.oracle_variant}" if self.oracle_variant and name == self.oracle else name
 
     def intree_composition(self, s: Scenario) -> bool:
         """A composition the oracle does not run: it computes its reference path instead."""
@@ -332,10 +336,8 @@ class Profile:
 
     def expected_rows(self, s: Scenario) -> int | None:
         """How many logits rows both sides must produce; None when the run decides (speech)."""
-        if s.kind == "transcribe":
-            return None
-        if s.stop is not None:
-            return None  # the run decides, within steps + 1 (compare_eos judges where it stopped)
+        if s.kind == "transcribe" or s.stop is not None:
+            return None  # the run decides (an EOS stop: within steps + 1; compare_eos judges where)
         segments = len(s.turns) if s.turns is not None else len(s.batch) if s.batch is not None else 1
         return (self.steps(s) + 1) * segments
 
@@ -347,9 +349,6 @@ class Profile:
 
     def scenario_spec(self, s: Scenario) -> dict[str, Any]:
         return self.planned(s).spec_dict()
-
-    def scenario_hash(self, s: Scenario) -> str:
-        return self.planned(s).spec_sha256
 
     def _spec(self, s: Scenario) -> dict[str, Any]:
         """What both sides are asked to compute: the file-format spec of one scenario.

@@ -18,7 +18,7 @@ from typing import Any
 
 from harness.errors import ProfileError
 from harness.implementations import LLM
-from harness.oracle.descriptor import with_feature
+from harness.oracle.descriptor import has_feature, with_feature
 
 # The recipe of a `requantize` draft, in its scenario hash and cache key: bump it whenever
 # harness/artifacts/requantize.py would write other bytes for the same source and settings.
@@ -105,7 +105,7 @@ def check_draft_scenario(profile: Any, s: Any, where: str) -> None:
     used = [k for k in ("forced_prefix", "kv_bits", "max_kv_size") if getattr(s, k) is not None]
     if used:
         raise ProfileError(f"{where}.draft: {used} are not options of the draft run (greedy, plain KV caches)")
-    if profile.oracle_of(s) not in with_feature("draft"):
+    if not has_feature(profile.oracle_of(s), "draft"):
         raise ProfileError(
             f"{where}.draft: judged against {' or '.join(with_feature('draft'))}'s speculative_generate_step, "
             f"not {profile.oracle_of(s)}"

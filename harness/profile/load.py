@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any, Literal, Union
 
 from harness.checks import registry
-from harness.errors import ProfileError, UnknownModelError, unknown
+from harness.errors import OracleError, ProfileError, UnknownModelError, unknown
 from harness.implementations import SPEECH
-from harness.oracle.descriptor import MLX_FREE_ORACLES, oracles_serving, with_feature
+from harness.oracle.descriptor import descriptor, has_feature, is_mlx_free, oracles_serving, with_feature
+from harness.oracle.pins import comparison_mlx, project_mlx
 from harness.paths import REPO_ROOT, profiles_dir
 from harness.profile import Profile
 from harness.profile.bounds import MAX_STEPS
@@ -154,6 +155,7 @@ def load_profile(path: Path) -> Profile:
     try:
         profile = _build(Profile, data, "")
         _check_profile(profile)
+        profile = _with_oracle_variant(profile)
     except ProfileError as e:
         raise ProfileError(f"{path}: {e}") from None
     if profile.name != path.stem:
@@ -161,9 +163,42 @@ def load_profile(path: Path) -> Profile:
     return dataclasses.replace(profile, source_file=str(path))
 
 
+def _with_oracle_variant(profile: Profile) -> Profile:
+    """A profile whose oracle is a variant (`oracle_variant`): one mlx for all its comparisons,
+    which its implementation must run too (the one-mlx rule, per comparison): an in-tree one runs
+    the project's venv, a plugin is told the version its venv and handshake must have."""
+    if profile.oracle_variant is None:
+        return profile
+    try:
+        mlx = comparison_mlx(f"{profile.oracle}@{profile.oracle_variant}")
+        versions = {comparison_mlx(profile.oracle_of(s)) for s in profile.scenarios} - {None}
+    except OracleError as e:
+        raise ProfileError(f"oracle_variant: {e}") from None
+    plugin = profile.under_test.plugin
+    if plugin is None and mlx is not None and mlx != project_mlx():
+        raise ProfileError(
+            f"oracle_variant: {profile.oracle}@{profile.oracle_variant} runs mlx {mlx}, {profile.under_test.name} "
+            f"the project's mlx {project_mlx()}: bits are compared within one mlx version; gate it as an external "
+            f"implementation whose requirements pin mlx=={mlx} (docs/external.md)"
+        )
+    if len(versions) > 1:
+        raise ProfileError(
+            f"oracle_variant: its scenarios' oracles run mlx {sorted(versions)}: a profile compares within one mlx"
+        )
+    if plugin is None:
+        return profile
+    return dataclasses.replace(profile, implementation=dataclasses.replace(plugin, _comparison_mlx=mlx))
+
+
 def _check_profile(profile: Profile) -> None:
     if not profile.scenarios:
         raise ProfileError("scenarios: expected at least one scenario")
+    if profile.oracle_variant is not None:
+        try:
+            descriptor(f"{profile.oracle}@{profile.oracle_variant}")
+        except OracleError as e:
+            raise ProfileError(f"oracle_variant: {e}") from None
+    _check_certificate(profile)
     allowed_oracles = oracles_serving(profile.under_test.produces)
     allowed_checks = registry.of(profile.under_test.produces)
     if profile.oracle != allowed_oracles[0]:
@@ -186,7 +221,7 @@ def _check_profile(profile: Profile) -> None:
                 f"{where}: a {profile.under_test.name} profile takes "
                 + ("'audio' scenarios" if speech else "prompt / messages / turns / batch scenarios")
             )
-        if profile.oracle_of(s) not in allowed_oracles:
+        if descriptor(profile.oracle_of(s)).base not in allowed_oracles:
             raise ProfileError(
                 f"{where}.oracle: {profile.under_test.name} cannot be judged by {profile.oracle_of(s)!r}"
             )
@@ -205,7 +240,7 @@ def _check_profile(profile: Profile) -> None:
                 raise ProfileError(f"{where}{why}")
         if s.stop is not None and (s.kind not in ("plain", "chat") or s.turns or s.composition):
             raise ProfileError(f"{where}.stop: only plain and chat scenarios stop at EOS (as mlx-lm's generate)")
-        if s.stop is not None and profile.oracle_of(s) not in with_feature("stop"):
+        if s.stop is not None and not has_feature(profile.oracle_of(s), "stop"):
             raise ProfileError(
                 f"{where}.stop: judged against {' or '.join(with_feature('stop'))}'s stream_generate, "
                 f"not {profile.oracle_of(s)}"
@@ -223,7 +258,7 @@ def _check_profile(profile: Profile) -> None:
                 f"{where}.composition.kind: {s.composition['kind']!r} is not a {profile.under_test.name} composition; "
                 f"known: {list(profile.under_test.compositions)}"
             )
-        if profile.oracle_of(s) in MLX_FREE_ORACLES:
+        if is_mlx_free(profile.oracle_of(s)):
             bad = [c for c in profile.checks(s) if registry.get(c).judges != "tokens"]
             if bad:
                 raise ProfileError(
@@ -262,6 +297,29 @@ def _check_profile(profile: Profile) -> None:
 
 # Transcribe options that count something (mlx-whisper's DecodingOptions): at least one.
 COUNT_OPTIONS = ("beam_size", "best_of", "sample_len")
+
+
+def _check_certificate(profile: Profile) -> None:
+    """A certificate runs the original file in its own runtime: a one-piece CTranslate2 artifact,
+    greedy transcriptions (their first window is what is certified)."""
+    spec = profile.certificate
+    if spec is None:
+        return
+    if profile.artifact.source != "pypi-ct2" or profile.artifact.parts:
+        raise ProfileError(f"certificate.runtime: {spec.runtime} runs a one-piece pypi-ct2 artifact, not this one")
+    ids = {s.id: s for s in profile.scenarios}
+    for i, scenario_id in enumerate(spec.scenarios):
+        s = ids.get(scenario_id)
+        where = f"certificate.scenarios[{i}]"
+        if s is None:
+            raise ProfileError(f"{where}: no scenario {scenario_id!r} in this profile")
+        options = profile.defaults.options | s.options
+        greedy = options.get("temperature") in (0, [0]) and options.get("beam_size") is None  # no default ladder
+        if s.kind != "transcribe" or s.composition is not None or not greedy or profile.oracle_of(s) != profile.oracle:
+            raise ProfileError(
+                f"{where}: {scenario_id} must be a plain greedy transcription judged by {profile.oracle} "
+                "(temperature 0, no beam)"
+            )
 
 
 def _check_exercise(profile: Profile, s: Any, entry: str, where: str) -> None:

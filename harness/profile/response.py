@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 
 from harness.errors import ProfileError
-from harness.oracle.descriptor import with_feature
+from harness.oracle.descriptor import has_feature, with_feature
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def check_response_scenario(scenario, checks: list[str], oracle: str, where: str
         return
     if scenario.messages is None or scenario.composition is not None:
         raise ProfileError(f"{where}.response: only a chat scenario ('messages', no composition) is served")
-    if oracle not in with_feature("response"):
+    if not has_feature(oracle, "response"):
         raise ProfileError(
             f"{where}.response: judged against {' or '.join(with_feature('response'))}'s server, not {oracle}"
         )

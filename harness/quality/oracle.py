@@ -10,10 +10,10 @@ from typing import Any
 
 from harness.artifacts.files import sha256_file
 from harness.errors import OracleError
+from harness.oracle.descriptor import descriptor
 from harness.oracle.process import OracleProcess
 from harness.oracle.sources import common_sources
 from harness.oracle.venvs import oracle_pins_hash
-from harness.paths import oracles_dir
 from harness.provenance import golden_key
 from harness.quality.records import Measurement, MeasurementError
 
@@ -26,7 +26,7 @@ def oracle_facts(oracle: str) -> dict[str, Any]:
     return {
         "name": oracle,
         "pins_hash": oracle_pins_hash(oracle),
-        "script_sha256": sha256_file(oracles_dir() / oracle / SCRIPT),
+        "script_sha256": sha256_file(descriptor(oracle).folder / SCRIPT),
         "common_sha256": {name: sha256_file(p) for name, p in common_sources(oracle, SCRIPT).items()},
         "device": golden_key(oracle).as_dict(),
     }

@@ -17,7 +17,7 @@ from harness import HARNESS_VERSION
 from harness.artifacts.files import sha256_file
 from harness.errors import HarnessError, ProfileError
 from harness.implementations import SPEECH, sources_of
-from harness.oracle.descriptor import quality_oracle
+from harness.oracle.descriptor import descriptor, quality_oracle
 from harness.paths import REPO_ROOT
 from harness.profile import Profile
 from harness.profile.quality import QualityPair, Thresholds
@@ -303,11 +303,10 @@ def speech_oracle_facts(layer: Any) -> dict[str, Any]:
     in-tree Whisper sources (the cross-check is cached with the pair)."""
     from harness.oracle.sources import common_sources, script_sources
     from harness.oracle.venvs import oracle_pins_hash
-    from harness.paths import oracles_dir
     from harness.provenance import golden_key
 
     oracle = quality_oracle(SPEECH)
-    script = oracles_dir() / oracle / "quality.py"
+    script = descriptor(oracle).folder / "quality.py"
     layer_file = getattr(layer, "__file__", None)
     layer_sources = sorted(Path(layer_file).parent.glob("whisper*.py")) if layer_file else []
     record = REPO_ROOT / "harness" / "runners" / "whisper_record.py"  # the transcriptions' recorder

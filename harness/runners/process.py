@@ -172,10 +172,11 @@ def check_hello(hello: dict[str, Any], plugin: Plugin) -> None:
     if not isinstance(decodes, list) or "eager" not in decodes or not set(decodes) <= {"eager", "compiled"}:
         raise wrong(f"decodes: expected a list with 'eager' (and 'compiled' if it has it), got {decodes!r}")
     facts = device_facts()
+    mlx = plugin._comparison_mlx or facts.mlx  # its oracle's: a variant's pinned one, else the project's
     if environment["mlx"] is not None:
-        if environment["mlx"] != facts.mlx:
+        if environment["mlx"] != mlx:
             raise wrong(
-                f"it runs mlx {environment['mlx']}, the project and its oracle mlx {facts.mlx}: bits are compared "
+                f"it runs mlx {environment['mlx']}, its oracle mlx {mlx}: bits are compared "
                 "within one mlx version (pin mlx in its requirements)"
             )
         if facts.backend not in str(environment.get("device", "")):

@@ -22,8 +22,10 @@ from pathlib import Path
 
 from harness.errors import HarnessError
 from harness.paths import REPO_ROOT, reports_dir
+from harness.profile.load import available_profiles, find_profile
 from harness.progress import progress
 from harness.report import merge_reports
+from harness.signoff.certificate import latest_certificates
 from harness.signoff.junit import render_junit
 from harness.signoff.model import INCOMPLETE, SIGNED_OFF, ParityReport, SignoffReport, check_id
 from harness.signoff.page import render_page
@@ -110,7 +112,14 @@ def sign_off(
         expected=profile_check_ids(judged, report.device.get("backend")),
     )
     models = sorted(set(signoff.models) | set(requested_models or []))
-    doc = SignoffReport(report, signoff, quality=latest_quality_reports(out, signoff.device_key, models))
+    certified = [m for m in models if m in available_profiles() and find_profile(m).certificate is not None]
+    doc = SignoffReport(
+        report,
+        signoff,
+        quality=latest_quality_reports(out, signoff.device_key, models),
+        certificates=latest_certificates(out, signoff.device_key, certified),
+        certified_models=certified,
+    )
     directory = write_signoff_dir(out, signoff_name(signoff.harness_version, signoff.device_key), render(doc))
     return directory, doc
 

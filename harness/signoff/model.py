@@ -252,11 +252,19 @@ class SignoffReport:
     # The newest quality reports of the signed-off models (harness/signoff/quality.py): shown
     # apart, never part of the verdict.
     quality: list[dict[str, Any]] = field(default_factory=list)
+    # The newest conversion certificates (harness/signoff/certificate.py), and which models ask for one.
+    certificates: list[dict[str, Any]] = field(default_factory=list)
+    certified_models: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         out = self.parity.raw | {"signoff": asdict(self.signoff) | {"counts": self.signoff.counts}}
         if self.quality:
             out["quality_reports"] = [
                 {"model": q["model"], "path": q["path"], "generated": q["generated"]} for q in self.quality
+            ]
+        if self.certified_models:
+            out["conversion_certificates"] = [
+                {k: c.get(k) for k in ("profile", "runtime", "verdict", "problems", "path", "generated")}
+                for c in self.certificates
             ]
         return out

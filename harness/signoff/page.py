@@ -13,6 +13,7 @@ import html
 import json
 from typing import Any
 
+from harness.signoff.certificate import render_html as render_certificates
 from harness.signoff.model import INCOMPLETE, SIGNED_OFF, STATUSES, SignoffReport
 from harness.signoff.plots import ScenarioPlot
 from harness.signoff.quality import render_html as render_quality
@@ -94,6 +95,7 @@ def render_page(doc: SignoffReport, plots: list[ScenarioPlot]) -> str:
         _problems(doc),
         _plots(plots),
         render_quality(doc.quality),
+        render_certificates(doc.certificates, doc.certified_models),
         _timings(doc),
         _provenance(doc),
         '<footer class="sub"><p>One self-contained file: rendered from <code>report.json</code> beside it '

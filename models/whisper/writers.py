@@ -211,20 +211,14 @@ class SubtitlesWriter(ResultWriter):
 
 
 class WriteVTT(SubtitlesWriter):
-    extension = "vtt"
-    always_include_hours = False
-    decimal_marker = "."
-    header = "WEBVTT\n\n"
+    extension, always_include_hours, decimal_marker, header = "vtt", False, ".", "WEBVTT\n\n"
 
     def cue(self, number: int, start: str, end: str, text: str) -> str:
         return f"{start} --> {end}\n{text}\n\n"
 
 
 class WriteSRT(SubtitlesWriter):
-    extension = "srt"
-    always_include_hours = True
-    decimal_marker = ","
-    header = ""
+    extension, always_include_hours, decimal_marker, header = "srt", True, ",", ""
 
     def cue(self, number: int, start: str, end: str, text: str) -> str:
         return f"{number}\n{start} --> {end}\n{text}\n\n"

@@ -1,0 +1,139 @@
+"""An oracle's pins: the files its venv is built from (a variant's: oracles/<name>/variants/),
+what they hash to, and the one-mlx rule they must keep (harness/oracle/descriptor.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import platform
+import re
+import sys
+from pathlib import Path
+
+from harness.errors import OracleError, OracleVersionError
+from harness.oracle.descriptor import descriptor, oracle_family, variant_pins_path
+from harness.paths import oracles_dir
+
+
+def pins_path(oracle: str) -> Path:
+    row = descriptor(oracle)  # an unknown name (or variant) is an error naming the known ones
+    if row.variant is not None:
+        return variant_pins_path(row.base, row.variant)
+    path = oracles_dir() / oracle / "requirements.txt"
+    if not path.is_file():
+        raise OracleError(f"unknown oracle {oracle!r}: expected pins at {path}")
+    return path
+
+
+def nodeps_pins_path(oracle: str) -> Path:
+    """Optional second pin file, installed with `--no-deps` after the first (a package whose
+    declared dependencies are far wider than what the oracle imports, e.g. mlx-optiq). A
+    variant's pins are one file."""
+    row = descriptor(oracle)
+    return row.folder / ("variants" if row.variant else "") / f"{row.variant or 'requirements'}-nodeps.txt"
+
+
+NODEPS_MARKER = "# --no-deps"  # where the second pin file starts in read_pins' text
+
+
+def read_pins(oracle: str) -> str:
+    """Everything the venv is built from: both pin files (the second marked as such)."""
+    pins = pins_path(oracle).read_text()
+    nodeps = nodeps_pins_path(oracle)
+    if nodeps.is_file():
+        pins += f"\n{NODEPS_MARKER}\n" + nodeps.read_text()
+    return pins
+
+
+def normalized_pins(pins: str) -> str:
+    """The pins as pip reads them: comments, blank lines and surrounding whitespace dropped
+    (the marker between the two files kept), so editing a comment builds no new venv and
+    stales no golden."""
+    lines = []
+    for line in pins.splitlines():
+        if line.strip() == NODEPS_MARKER:
+            lines.append(NODEPS_MARKER)
+            continue
+        line = re.sub(r"(^|\s)#.*$", "", line).strip()  # pip's comment rule: '#' at the start or after a space
+        if line:
+            lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def pinned_mlx(pins: str) -> list[str]:
+    """The exact mlx versions the pins install on this platform (markers evaluated)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    versions = []
+    for line in normalized_pins(pins).splitlines():
+        if line.startswith("-") or line == NODEPS_MARKER:
+            continue
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.name.lower() in ("mlx", "mlx-cpu", "mlx-metal", "mlx-cuda") and (
+            req.marker is None or req.marker.evaluate()
+        ):
+            versions += [spec.version for spec in req.specifier if spec.operator == "=="] or ["(not pinned exactly)"]
+    return versions
+
+
+def comparison_mlx(oracle: str) -> str | None:
+    """The mlx that `oracle`'s comparisons run: the project's, or the one a variant's pins
+    install (exactly one, or an error naming the file); None for an mlx-free oracle. The
+    implementation compared with it must run the same (the one-mlx rule, per comparison)."""
+    row = descriptor(oracle)
+    if row.family != "mlx":
+        return None
+    if row.variant is None:
+        return project_mlx()
+    versions = set(pinned_mlx(read_pins(oracle)))
+    if len(versions) != 1 or "(not pinned exactly)" in versions:
+        found = ", ".join(sorted(versions)) or "no mlx pin"
+        raise OracleVersionError(
+            f"oracle {oracle}: {pins_path(oracle)} installs {found} on this platform: a variant pins exactly one "
+            "mlx (mlx==X), the version its comparisons run"
+        )
+    return versions.pop()
+
+
+def check_mlx_pin(oracle: str, pins: str, project_mlx: str | None) -> None:
+    """Before a venv is built: an MLX oracle pins exactly the project's mlx (a variant exactly one
+    mlx of its own), an mlx-free one none."""
+    versions = pinned_mlx(pins)
+    if descriptor(oracle).variant is not None and oracle_family(oracle) == "mlx":
+        comparison_mlx(oracle)
+        return
+    if oracle_family(oracle) != "mlx":
+        if versions:
+            raise OracleVersionError(
+                f"oracle {oracle}: {pins_path(oracle)} pins mlx {versions}: it must run without mlx"
+            )
+        return
+    wrong = [v for v in versions if v != project_mlx]
+    if not versions or wrong:
+        found = ", ".join(versions) or "no exact mlx pin"
+        raise OracleVersionError(
+            f"oracle {oracle}: its pins install mlx {found} on this platform, the project runs mlx {project_mlx}: "
+            f"pin mlx=={project_mlx} in {pins_path(oracle)} (nothing was built)"
+        )
+
+
+def pins_hash(
+    pins: str,
+    python: tuple[int, int] = sys.version_info[:2],
+    machine: str = platform.machine(),
+    system: str = sys.platform,
+) -> str:
+    """Hash of what determines the venv: the pins and the interpreter they install into (by
+    default this one; a golden's own interpreter for a freshness check of tracked goldens)."""
+    basis = f"{normalized_pins(pins)}\n{tuple(python)}\n{machine}\n{system}"
+    return hashlib.sha256(basis.encode()).hexdigest()[:16]
+
+
+def project_mlx() -> str | None:
+    try:
+        return importlib.metadata.version("mlx")
+    except importlib.metadata.PackageNotFoundError:
+        return None
