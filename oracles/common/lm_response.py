@@ -160,36 +160,15 @@ class _Moves:
 
 def _handler(generator, stream):
     handler = server.APIHandler.__new__(server.APIHandler)
-    fields = dict(
-        requested_model="default_model",
-        requested_draft_model=None,
-        adapter=None,
-        temperature=0.0,
-        top_p=1.0,
-        top_k=0,
-        min_p=0.0,
-        xtc_probability=0.0,
-        xtc_threshold=0.0,
-        logit_bias=None,
-        repetition_penalty=0.0,
-        repetition_context_size=20,
-        presence_penalty=0.0,
-        presence_context_size=20,
-        frequency_penalty=0.0,
-        frequency_context_size=20,
-        num_draft_tokens=3,
-        logprobs=False,
-        top_logprobs=0,
-        seed=None,
-        stream=stream,
-        stream_options=None,
-        response_generator=generator,
-        wfile=io.BytesIO(),
-        request_id="chatcmpl-x",
-        object_type="chat.completion.chunk" if stream else "chat.completion",
-        created=0,
-        system_fingerprint="x",
-    )
+    # The attributes mlx-lm's APIHandler sets from a request, at their request defaults (greedy).
+    fields = {"requested_model": "default_model", "requested_draft_model": None, "adapter": None, "logit_bias": None}
+    fields |= {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "xtc_probability": 0.0, "xtc_threshold": 0.0}
+    fields |= {f"{kind}_penalty": 0.0 for kind in ("repetition", "presence", "frequency")}
+    fields |= {"num_draft_tokens": 3, "logprobs": False, "top_logprobs": 0, "seed": None, "stream": stream}
+    fields |= {f"{kind}_context_size": 20 for kind in ("repetition", "presence", "frequency")}
+    fields |= {"stream_options": None, "response_generator": generator, "wfile": io.BytesIO(), "created": 0}
+    kind = "chat.completion.chunk" if stream else "chat.completion"
+    fields |= {"request_id": "chatcmpl-x", "object_type": kind, "system_fingerprint": "x"}
     for name, value in fields.items():
         setattr(handler, name, value)
     for name in ("_set_stream_headers", "_set_completion_headers", "send_header", "end_headers"):
