@@ -15,7 +15,7 @@ WORKERS ?= auto
 # split into words, on purpose (several harness options).
 q = '$(subst ','\'',$(1))'
 
-.PHONY: parity goldens test nightly signoff lint bench list venv clean-cache mutants vad calibrate quality
+.PHONY: parity goldens test nightly signoff lint bench list venv clean-cache mutants vad calibrate quality certify
 
 venv: $(VENV)/.installed
 
@@ -77,5 +77,9 @@ vad: venv
 	$(PY) -m harness vad $(ARGS)
 
 ## make calibrate MODEL=whisper-tiny-en: the oracle against itself under benign changes -> the L2 token budget (ARGS=--write records it)
+## make certify: the artifact's conversion against its original runtime (docs/certificate.md; ARGS="--calibrate --write" records the bound)
+certify: venv
+	$(PY) -m harness certify --model $(call q,$(MODEL)) $(ARGS)
+
 calibrate: venv
 	$(PY) -m harness calibrate --model $(call q,$(MODEL)) $(ARGS)

@@ -13,7 +13,7 @@ import pytest
 
 from harness.certificate.metrics import step_metrics, worst
 from harness.certificate.record import CertificateError, CertificateRecord, bound_of, read_record, write_record
-from harness.certificate.run import judge
+from harness.certificate.run import divergence, judge
 from harness.errors import ProfileError
 
 CALIBRATION = {
@@ -48,6 +48,10 @@ def test_the_bound_is_headroom_over_the_runtime_s_own_spread() -> None:
     assert bound["encoder_max_abs"] == pytest.approx(2 * 2e-4) and bound["min_top1_agreement"] == 1.0
 
 
+ROWS = np.zeros((2, 10))
+ROWS[1, 6], ROWS[1, 8] = 2.0, 1.995  # step 1: the oracle's token 6 beats 8 by 0.005, every other by 2
+
+
 def _figures(kl: float = 1e-7, max_abs: float = 1e-3, free: list[int] | None = None) -> dict:
     return {
         "fox": {
@@ -55,6 +59,7 @@ def _figures(kl: float = 1e-7, max_abs: float = 1e-3, free: list[int] | None = N
             "steps": [[1e-7, True, 1e-3], [kl, True, max_abs]],
             "free_tokens": free if free is not None else [5, 6],
             "oracle_tokens": [5, 6],
+            "divergence": divergence(free if free is not None else [5, 6], [5, 6], ROWS),
         }
     }
 
@@ -66,8 +71,14 @@ def test_judge_names_the_first_step_and_figure_over_the_bound() -> None:
         "fox: step 1: KL 0.001 (bound 6e-07), max |logit diff| 0.001 (bound 0.008)"
     ]
     assert judge(_figures(max_abs=0.5), bound)[0].startswith("fox: step 1: KL 1e-07")
-    assert judge(_figures(free=[5, 7]), bound) == ["fox: the runtime's own tokens differ from the oracle's at step 1"]
-    assert judge(_figures(free=[5]), bound) == ["fox: the runtime's own tokens differ from the oracle's at step 1"]
+    assert judge(_figures(free=[5, 7]), bound) == [
+        "fox: the runtime's own tokens differ from the oracle's at step 1, not a near-tie (the oracle's margin 2 > "
+        "bound 0.008)"
+    ]
+    assert judge(_figures(free=[5, 8]), bound) == []  # a near-tie: the oracle's margin 0.005 is within the bound
+    assert judge(_figures(free=[5]), bound)[0].startswith(
+        "fox: the runtime's own tokens differ from the oracle's at step 1"
+    )
 
 
 def _record() -> CertificateRecord:
@@ -181,5 +192,5 @@ def test_a_wrong_conversion_fails_the_certificate_while_every_l1_gate_passes(
         shutil.rmtree(artifact.model_dir, ignore_errors=True)
     assert doc["verdict"] == "FAIL", doc
     # Named where it shows: the tokens, the encoder, the first step over the bound, the agreement.
-    assert "fox-greedy: the runtime's own tokens differ from the oracle's at step 1" in doc["problems"]
+    assert doc["problems"][0].startswith("fox-greedy: the runtime's own tokens differ from the oracle's at step 1, not")
     assert any(p.startswith("fox-greedy: step 0: KL ") for p in doc["problems"]), doc["problems"]

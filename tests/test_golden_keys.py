@@ -18,6 +18,7 @@ import pytest
 from harness import provenance
 from harness.errors import OracleError, OracleVersionError
 from harness.oracle import torch_key as predict
+from harness.oracle.descriptor import descriptor
 from harness.paths import REPO_ROOT
 from harness.provenance import DeviceFacts, TorchFacts, golden_key, mlx_key, torch_key
 
@@ -155,7 +156,7 @@ def _tracked_json() -> list[Path]:
 
 
 def _tracked_manifests() -> list[Path]:
-    return [p for p in _tracked_json() if p.parent.name != "calibration"]
+    return [p for p in _tracked_json() if p.parent.name not in ("calibration", "certificate")]
 
 
 def test_every_tracked_golden_is_fresh() -> None:
@@ -165,7 +166,6 @@ def test_every_tracked_golden_is_fresh() -> None:
     from harness.artifacts.files import sha256_file
     from harness.oracle.pins import pins_hash, read_pins
     from harness.oracle.sources import common_sources
-    from harness.paths import oracles_dir
     from harness.profile.load import find_profile
 
     manifests = _tracked_manifests()
@@ -184,7 +184,7 @@ def test_every_tracked_golden_is_fresh() -> None:
         problems = []
         if path.parent.name != device["key"]:
             problems.append(f"folder {path.parent.name} is not its key {device['key']}")
-        if generator != sha256_file(oracles_dir() / oracle / "generate.py"):
+        if generator != sha256_file(descriptor(oracle).script("generate.py")):  # a variant: its row's
             problems.append("generator changed")
         interpreter = tuple(int(p) for p in python.split(".")[:2])
         # A prepared interpreter (the GPU machine, MLX_PARITY_ORACLE_PYTHON) is identified by

@@ -181,5 +181,5 @@ def test_an_undeclared_script_or_oracle_is_an_error_naming_what_there_is() -> No
 
     with pytest.raises(OracleError, match=r"oracle mlx-lm has no script 'calibrate.py': it runs \['generate.py'"):
         descriptor("mlx-lm").script("calibrate.py")
-    with pytest.raises(OracleError, match=r"unknown oracle 'llama-cpp': expected one of: ctranslate2, mlx-lm, "):
-        descriptor("llama-cpp")
+    with pytest.raises(OracleError, match=r"unknown oracle 'xyzzy': expected one of: ctranslate2, llama-cpp, mlx-lm, "):
+        descriptor("xyzzy")

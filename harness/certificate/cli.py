@@ -3,7 +3,8 @@
 Without `--calibrate`: the conversion certificate of M's artifact (harness/certificate/run.py),
 written as a new folder `reports/certificate-<model>-<key>[-N]/certificate.json` (never replacing
 one), its verdict printed; exit 0 PASS, 1 FAIL, 2 ERROR. With `--calibrate`: the runtime measured
-under each CPU ISA this processor has (or those named), the derived bound printed; `--write`
+under each of its settings (CTranslate2: every CPU ISA this processor has; llama.cpp: threads and
+batch sizes; or those named), the derived bound printed; `--write`
 records it (harness/certificate/record.py) for review and commit.
 """
 
@@ -15,7 +16,7 @@ import sys
 from pathlib import Path
 
 from harness.certificate.record import CertificateError
-from harness.certificate.run import ISAS, calibrate, certify
+from harness.certificate.run import ISAS, LLAMA_SETTINGS, calibrate, certify
 from harness.errors import HarnessError, ProfileError
 from harness.paths import reports_dir
 from harness.profile.load import find_profile
@@ -40,11 +41,14 @@ def run(args: argparse.Namespace) -> int:
             raise ProfileError(f"{profile.source_file}: certificate: the profile names no conversion certificate")
         session = ParitySession(selected_scenarios={profile.name: set(profile.certificate.scenarios)})
         if args.calibrate:
+            settings = args.setting or (
+                cpu_isas() if profile.certificate.runtime == "ctranslate2" else list(LLAMA_SETTINGS)
+            )
             record = calibrate(
                 session,
                 profile,
                 args.write,
-                args.isa or cpu_isas(),
+                settings,
                 " ".join(["python -m harness certify", *args.argv]),
             )
             print(json.dumps(record.bound, indent=1))

@@ -78,7 +78,7 @@ def _certify(p: argparse.ArgumentParser) -> None:
     options.model(p, required=True)
     p.add_argument("--calibrate", action="store_true", help="measure the runtime's spread over its CPU kernels")
     p.add_argument("--write", action="store_true", help="with --calibrate: record the bound (then review, commit)")
-    p.add_argument("--isa", action="append", default=[], help="with --calibrate: only this CPU ISA (repeatable)")
+    p.add_argument("--setting", action="append", default=[], help="with --calibrate: only this runtime setting")
     options.out(p, "reports folder (default: reports/)")
 
 

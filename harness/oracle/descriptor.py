@@ -121,6 +121,13 @@ ORACLES = {
             scripts=("certify.py",),
         ),
         OracleDescriptor(
+            "llama-cpp",
+            family="native",
+            distributions=("llama-cpp-python",),
+            serves=(),
+            scripts=("certify.py",),
+        ),
+        OracleDescriptor(
             "silero-vad",
             family="torch",
             distributions=("torch",),

@@ -11,10 +11,12 @@ from harness.errors import ProfileError
 
 @dataclass(frozen=True)
 class CertificateSpec:
-    """- `runtime`: the original format's runtime (an oracle folder of the `native` family).
-    - `scenarios`: greedy Whisper scenarios of the profile whose first window is certified."""
+    """- `runtime`: the original format's runtime (an oracle folder of the `native` family):
+      `ctranslate2` for a pypi-ct2 artifact, `llama-cpp` for a pypi-gguf one.
+    - `scenarios`: greedy Whisper scenarios (their first window is certified), or plain/chat LLM
+      scenarios (every row)."""
 
-    runtime: Literal["ctranslate2"]
+    runtime: Literal["ctranslate2", "llama-cpp"]
     scenarios: list[str] = field(default_factory=list)
 
     def validate(self, where: str) -> None:

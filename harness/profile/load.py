@@ -300,13 +300,15 @@ COUNT_OPTIONS = ("beam_size", "best_of", "sample_len")
 
 
 def _check_certificate(profile: Profile) -> None:
-    """A certificate runs the original file in its own runtime: a one-piece CTranslate2 artifact,
-    greedy transcriptions (their first window is what is certified)."""
+    """A certificate runs the original file in its own runtime (a one-piece CTranslate2 model or
+    GGUF), on greedy transcriptions (their first window) or plain/chat prompts, judged by the
+    profile's own oracle."""
     spec = profile.certificate
     if spec is None:
         return
-    if profile.artifact.source != "pypi-ct2" or profile.artifact.parts:
-        raise ProfileError(f"certificate.runtime: {spec.runtime} runs a one-piece pypi-ct2 artifact, not this one")
+    source = {"ctranslate2": "pypi-ct2", "llama-cpp": "pypi-gguf"}[spec.runtime]
+    if profile.artifact.source != source or profile.artifact.parts:
+        raise ProfileError(f"certificate.runtime: {spec.runtime} runs a one-piece {source} artifact, not this one")
     ids = {s.id: s for s in profile.scenarios}
     for i, scenario_id in enumerate(spec.scenarios):
         s = ids.get(scenario_id)
@@ -315,10 +317,13 @@ def _check_certificate(profile: Profile) -> None:
             raise ProfileError(f"{where}: no scenario {scenario_id!r} in this profile")
         options = profile.defaults.options | s.options
         greedy = options.get("temperature") in (0, [0]) and options.get("beam_size") is None  # no default ladder
-        if s.kind != "transcribe" or s.composition is not None or not greedy or profile.oracle_of(s) != profile.oracle:
+        if s.kind in ("plain", "chat"):  # an LLM's: one prompt, no composition or cache option, no draft
+            greedy = all(getattr(s, k) is None for k in ("draft", "response", "kv_bits", "max_kv_size", "stop"))
+        plain = s.kind in ("transcribe", "plain", "chat") and s.composition is None and greedy
+        if not plain or profile.oracle_of(s).partition("@")[0] != profile.oracle:  # its own, or its variant
             raise ProfileError(
-                f"{where}: {scenario_id} must be a plain greedy transcription judged by {profile.oracle} "
-                "(temperature 0, no beam)"
+                f"{where}: {scenario_id} must be a plain greedy transcription (temperature 0, no beam) or a "
+                f"plain/chat prompt, judged by {profile.oracle}"
             )
 
 

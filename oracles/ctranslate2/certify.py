@@ -14,10 +14,10 @@ Per scenario `<id>` it writes
 and in result.json `scenarios[id]`: its own free greedy tokens from the initial tokens (one
 `generate` call, beam 1), and an environment block (versions, the CPU ISA it dispatched to).
 
-The job: {"model_dir": DIR, "compute_type": "float32", "isa": null | "GENERIC" | "AVX" | "AVX2" |
+The job: {"model": DIR, "compute_type": "float32", "setting": null | "GENERIC" | "AVX" | "AVX2" |
 "AVX512", "scenarios": [{"id", "mel": NPY (n_mels, 3000): the window as the encoder takes it,
 "initial": [ids], "tokens": [ids],
-"max_tokens": N}]}. `isa` forces CTranslate2's CPU kernels (CT2_FORCE_CPU_ISA), which is how the
+"max_tokens": N}]}. `setting` (an ISA) forces CTranslate2's CPU kernels (CT2_FORCE_CPU_ISA), which is how the
 certificate's bound is calibrated: the runtime's own spread over its kernels.
 
 Usage: python -I certify.py --job JOB.json --out DIR
@@ -59,12 +59,12 @@ def logits_rows(model, encoded, initial, tokens):
 
 def main():
     job, out = base.job_and_out(__doc__.splitlines()[0])
-    if job.get("isa"):
-        os.environ["CT2_FORCE_CPU_ISA"] = job["isa"]  # read when ctranslate2 loads
+    if job.get("setting"):
+        os.environ["CT2_FORCE_CPU_ISA"] = job["setting"]  # an ISA, read when ctranslate2 loads
     import ctranslate2
     import numpy as np
 
-    model = ctranslate2.models.Whisper(job["model_dir"], device="cpu", compute_type=job["compute_type"])
+    model = ctranslate2.models.Whisper(job["model"], device="cpu", compute_type=job["compute_type"])
     result = {"scenarios": {}}
     for scenario in job["scenarios"]:
         mel = np.load(scenario["mel"]).astype(np.float32)[None]
