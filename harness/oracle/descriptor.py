@@ -114,18 +114,10 @@ ORACLES = {
             scripts=("generate.py",),
         ),
         OracleDescriptor(
-            "ctranslate2",
-            family="native",
-            distributions=("ctranslate2",),
-            serves=(),
-            scripts=("certify.py",),
+            "ctranslate2", family="native", distributions=("ctranslate2",), serves=(), scripts=("certify.py",)
         ),
         OracleDescriptor(
-            "llama-cpp",
-            family="native",
-            distributions=("llama-cpp-python",),
-            serves=(),
-            scripts=("certify.py",),
+            "llama-cpp", family="native", distributions=("llama-cpp-python",), serves=(), scripts=("certify.py",)
         ),
         OracleDescriptor(
             "silero-vad",
