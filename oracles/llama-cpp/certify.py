@@ -41,9 +41,7 @@ def main():
     if match is None:
         raise SystemExit(f"setting {setting!r}: expected threads<N>-batch<M>")
     threads, batch = int(match.group(1)), int(match.group(2))
-    llm = Llama(
-        model_path=job["model"], n_ctx=1024, n_threads=threads, n_batch=batch, logits_all=True, verbose=False
-    )
+    llm = Llama(model_path=job["model"], n_ctx=1024, n_threads=threads, n_batch=batch, logits_all=True, verbose=False)
     result = {"scenarios": {}}
     for scenario in job["scenarios"]:
         prompt, tokens = list(scenario["initial"]), list(scenario["tokens"])
