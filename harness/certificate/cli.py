@@ -18,16 +18,14 @@ from pathlib import Path
 from harness.certificate.record import CertificateError
 from harness.certificate.run import ISAS, LLAMA_SETTINGS, calibrate, certify
 from harness.errors import HarnessError, ProfileError
+from harness.oracle.torch_key import cpu_flags
 from harness.paths import reports_dir
 from harness.profile.load import find_profile
 
 
 def cpu_isas() -> list[str]:
     """The CTranslate2 ISAs this CPU runs (from /proc/cpuinfo's flags; GENERIC elsewhere)."""
-    try:
-        flags = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
-    except OSError:
-        flags = []
+    flags = cpu_flags()
     has = {"GENERIC": True, "AVX": "avx" in flags, "AVX2": "avx2" in flags, "AVX512": "avx512f" in flags}
     return [isa for isa in ISAS if has[isa]]
 

@@ -246,19 +246,19 @@ def calibrate(session: Any, profile: Profile, write: bool, settings: list[str], 
     key = golden_key(oracle_of_certificate(profile)).name
     items = windows(session, profile)
     calibration, environments = {}, {}
-    for isa in settings:
-        figures, environments[isa] = measure(profile, items, isa)
-        calibration[isa] = {
+    for setting in settings:
+        figures, environments[setting] = measure(profile, items, setting)
+        calibration[setting] = {
             s: {"encoder_max_abs": f["encoder_max_abs"], "steps": f["steps"], "divergence": f["divergence"]}
             for s, f in figures.items()
         }
     bound = bound_of(calibration)
-    for isa, scenarios in calibration.items():
+    for setting, scenarios in calibration.items():
         for scenario, f in scenarios.items():
             if not near_tie(f["divergence"], bound["max_abs"]):
                 raise CertificateError(
-                    f"calibration: {profile.certificate.runtime} ({isa}) leaves the oracle's tokens on {scenario} at "
-                    f"step {f['divergence']['step']} by more than a near-tie (margin {f['divergence']['margin']:.3g} "
+                    f"calibration: {profile.certificate.runtime} ({setting}) leaves the oracle's tokens on "
+                    f"{scenario} at step {f['divergence']['step']} by more than a near-tie (margin {f['divergence']['margin']:.3g} "
                     f"> {bound['max_abs']:.3g}): not a benign spread (a wrong conversion?); nothing written"
                 )
     record = CertificateRecord(
