@@ -258,8 +258,9 @@ def calibrate(session: Any, profile: Profile, write: bool, settings: list[str], 
             if not near_tie(f["divergence"], bound["max_abs"]):
                 raise CertificateError(
                     f"calibration: {profile.certificate.runtime} ({setting}) leaves the oracle's tokens on "
-                    f"{scenario} at step {f['divergence']['step']} by more than a near-tie (margin {f['divergence']['margin']:.3g} "
-                    f"> {bound['max_abs']:.3g}): not a benign spread (a wrong conversion?); nothing written"
+                    f"{scenario} at step {f['divergence']['step']} by more than a near-tie (margin "
+                    f"{f['divergence']['margin']:.3g} > {bound['max_abs']:.3g}): not a benign spread (a wrong "
+                    "conversion?); nothing written"
                 )
     record = CertificateRecord(
         profile=profile.name,
