@@ -15,7 +15,7 @@ WORKERS ?= auto
 # split into words, on purpose (several harness options).
 q = '$(subst ','\'',$(1))'
 
-.PHONY: parity goldens test nightly signoff lint bench list venv clean-cache mutants vad calibrate quality certify
+.PHONY: help parity goldens test nightly signoff lint bench list venv clean-cache mutants vad calibrate quality certify
 
 venv: $(VENV)/.installed
 
@@ -26,9 +26,13 @@ $(VENV)/.installed: requirements.txt
 	$(VENV)/bin/pip install --no-input -q -r requirements.txt
 	touch $@
 
-## make parity [MODEL=name]: gate one model against its oracle (default: the embedded model)
+## make parity [MODEL=name] [SCENARIO=id [CHECK=name]] [K=expr] [ARGS=...]: gate one model against its oracle (default: the embedded model); SCENARIO/CHECK pick one scenario/check, K is pytest's -k (make itself owns -k), ARGS go to pytest (--lf, -x, node ids)
 parity: venv
-	$(PY) -m harness parity --model $(call q,$(MODEL)) $(ARGS)
+	$(PY) -m harness parity --model $(call q,$(MODEL)) $(if $(SCENARIO),--scenario $(call q,$(SCENARIO))) $(if $(CHECK),--check $(call q,$(CHECK))) $(if $(K),-k $(call q,$(K))) $(ARGS)
+
+## make help: every target and its variables
+help:
+	@sed -n 's/^## //p' Makefile
 
 ## make goldens MODEL=name: regenerate a model's goldens explicitly (stale ones included)
 goldens: venv

@@ -55,6 +55,9 @@ class _ProfileCollector(pytest.File):
 
 
 class ProfileFile(_ProfileCollector):
+    """Collects one collector per scenario, named by its id, and under it one item per check:
+    node ids `profiles/<model>.yaml::<scenario>::<check>` resolve when passed back to pytest."""
+
     def items(self):
         profile = load_profile(self.path)
         for scenario in profile.scenarios:
@@ -62,22 +65,37 @@ class ProfileFile(_ProfileCollector):
                 # Not collected here (a full-size twin's complete set takes hours on the CPU
                 # backend); the report's context lists it as scoped out, never as passed.
                 continue
-            for check in profile.planned(scenario).checks:
-                item = ParityItem.from_parent(
-                    self, name=f"{scenario.id}::{check}", profile=profile, scenario=scenario, check=check
-                )
-                item.add_marker(pytest.mark.parity)
-                item.add_marker(getattr(pytest.mark, profile.planned(scenario).tier))
-                item.add_marker(pytest.mark.xdist_group(f"{profile.name}:{scenario.id}"))
-                for tag in scenario.tags:
-                    item.add_marker(getattr(pytest.mark, tag))
-                yield item
+            yield ScenarioCollector.from_parent(self, name=scenario.id, profile=profile, scenario=scenario)
+
+
+class ScenarioCollector(pytest.Collector):
+    def __init__(self, *, profile: Profile, scenario: Scenario, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.profile, self.scenario = profile, scenario
+
+    def collect(self):
+        profile, scenario = self.profile, self.scenario
+        for check in profile.planned(scenario).checks:
+            item = ParityItem.from_parent(self, name=check, profile=profile, scenario=scenario, check=check)
+            item.add_marker(pytest.mark.parity)
+            item.add_marker(getattr(pytest.mark, profile.planned(scenario).tier))
+            item.add_marker(pytest.mark.xdist_group(f"{profile.name}:{scenario.id}"))
+            for tag in scenario.tags:
+                item.add_marker(getattr(pytest.mark, tag))
+            yield item
 
 
 class ParityFailure(Exception):
     def __init__(self, result: CheckResult):
         super().__init__(result.summary)
         self.result = result
+
+
+def _details(result: CheckResult | None) -> dict[str, Any]:
+    if result is None:
+        return {}
+    counts = {"steps_compared": result.steps_compared, "steps_differing": result.steps_differing}
+    return {"per_step": result.per_step, **counts, **result.details}
 
 
 class _VerdictItem(pytest.Item):
@@ -103,7 +121,7 @@ class _VerdictItem(pytest.Item):
             summary=summary,
             seconds=round(seconds, 3),
             first_bad_step=result.first_bad_step if result else None,
-            details={"per_step": result.per_step, **result.details} if result else {},
+            details=_details(result),
             peak_rss_mb=peak_rss_mb(),
         )
         # user_properties travel from xdist workers to the controller, which writes the report.
@@ -169,18 +187,25 @@ class ParityItem(_VerdictItem):
 
 
 class VadProfileFile(_ProfileCollector):
-    """A VAD profile: one item per fixture and check (harness/checks/vad.py judges)."""
+    """A VAD profile: one collector per fixture, one item per check under it (harness/checks/vad.py judges)."""
 
     def items(self):
         profile = load_vad_profile(self.path)
         for fixture in profile.fixtures:
-            for check in vad_checks(profile):
-                item = VadItem.from_parent(
-                    self, name=f"{fixture}::{check}", profile=profile, fixture=fixture, check=check
-                )
-                item.add_marker(pytest.mark.parity)
-                item.add_marker(pytest.mark.xdist_group(profile.name))  # one model load, one oracle run
-                yield item
+            yield VadFixtureCollector.from_parent(self, name=fixture, profile=profile, fixture=fixture)
+
+
+class VadFixtureCollector(pytest.Collector):
+    def __init__(self, *, profile: VadProfile, fixture: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.profile, self.fixture = profile, fixture
+
+    def collect(self):
+        for check in vad_checks(self.profile):
+            item = VadItem.from_parent(self, name=check, profile=self.profile, fixture=self.fixture, check=check)
+            item.add_marker(pytest.mark.parity)
+            item.add_marker(pytest.mark.xdist_group(self.profile.name))  # one model load, one oracle run
+            yield item
 
 
 class VadItem(_VerdictItem):

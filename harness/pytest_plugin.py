@@ -37,7 +37,8 @@ from harness.pytest_items import (
     _requested,
     _session,
 )
-from harness.report import ItemResult, build_report, peak_rss_mb, print_table, verdict, write_report
+from harness.report import ItemResult, build_report, peak_rss_mb, verdict, write_report
+from harness.screen import render
 from harness.settings import check_all as check_settings
 from harness.timing import breakdown, clock, format_breakdown
 from harness.vad_session import VadRun
@@ -84,9 +85,10 @@ def pytest_collection(session: pytest.Session):
         yield
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Goldens are made for the scenarios that will run, not for those -m / -k deselected."""
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Goldens are made for the scenarios that will run, not for those -m / -k / --lf deselected
+    (the final item list: --lf filters after every other plugin's modifyitems)."""
+    config, items = session.config, session.items
     if hasattr(config, "workerinput") and getattr(config.option, "loadgroup", False):
         lost = ungrouped(items)
         if lost:
@@ -232,6 +234,8 @@ class _Collector:
         self.rows: dict[str, ItemResult] = {}  # by node id, in arrival order
         self.expected: dict[str, None] = {}  # the collected parity items' node ids, in order
         self.report_line = ""
+        self.report: dict | None = None  # the run's report, written or not; the screen renders it
+        self.not_run: list[str] = []  # collected items -x / --maxfail left unrun
         self.coverage: list[Coverage] = []
         # Phase seconds and counts the xdist workers shipped with their items, and the item seconds.
         self.worker_seconds: dict[str, float] = {}
@@ -257,9 +261,8 @@ class _Collector:
     def results(self) -> list[ItemResult]:
         return list(self.rows.values())
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        self.expected.update((i.nodeid, None) for i in items if isinstance(i, ParityItem))
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.expected.update((i.nodeid, None) for i in session.items if isinstance(i, ParityItem))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
@@ -308,8 +311,14 @@ class _Collector:
 
     def _finish(self, session: pytest.Session) -> None:
         config = session.config
+        if config.option.collectonly:  # nothing ran, nothing is judged: no rows, no report
+            return
         for nodeid in self.expected:
-            if nodeid not in self.rows:
+            if nodeid in self.rows:
+                continue
+            if session.shouldfail:  # -x / --maxfail stopped the run on purpose: listed, not an ERROR
+                self.not_run.append(nodeid)
+            else:
                 self.rows[nodeid] = _item_row(
                     nodeid,
                     "no result recorded: the item did not run to the end "
@@ -324,7 +333,7 @@ class _Collector:
                 self.rows[f"{c.model}::{COVERAGE_SCENARIO}::{c.check}"] = c.row
         if verdict(self.results) != "PASS" and session.exitstatus == pytest.ExitCode.OK and self.rows:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        if config.getoption("no_parity_report") or not (self.rows or config.getoption("model")):
+        if not (self.rows or config.getoption("model")):
             return
         context = {
             "device": device_facts().as_dict(),
@@ -333,10 +342,15 @@ class _Collector:
             "provenance": {m: model_provenance(m) for m in models},
             "scoped_out": scoped_out(models),
             "not_run_here": not_run_here(models),
+            "not_run": self.not_run,
+            "coverage": [c.line for c in self.coverage],
             "exit_status": int(session.exitstatus),
         }
         report = build_report(self.results, context, config.stash[_STARTED_KEY])
         report["timing"] = self.timing()  # up to the report's own writing
+        self.report = report
+        if config.getoption("no_parity_report"):
+            return
         target = config.getoption("parity_report")
         try:
             path = write_report(report, Path(target) if target else None)
@@ -347,26 +361,31 @@ class _Collector:
             self.report_line = f"error: {e}"
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         else:
-            self.report_line = f"parity report: {path}"
+            junit = getattr(config.option, "xmlpath", None)
+            self.report_line = f"report: {_shown(path)}" + (f" · JUnit: {_shown(Path(junit))}" if junit else "")
 
-    def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-        if hasattr(config, "workerinput"):
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        """The screen comes after pytest's own last line, so that the verdict is the run's last."""
+        terminalreporter = config.pluginmanager.getplugin("terminalreporter")
+        if hasattr(config, "workerinput") or self.report is None or terminalreporter is None:
             return
-        if self.rows:
-            terminalreporter.write_line("")
-            with clock.phase("report"):
-                print_table(self.results)
-        for c in self.coverage:  # which scenarios walked each declared path
-            terminalreporter.write_line(c.line)
-        models = sorted({r.model for r in self.results} | set(_requested(config)))
-        backend = device_facts().backend
-        skipped = scoped_out(models)
-        if skipped:
-            terminalreporter.write_line(f"not run on the {backend} backend (scenario backends): {', '.join(skipped)}")
-        for model in not_run_here(models):
-            terminalreporter.write_line(f"{model}: not run on this backend ({backend}): no scenario of it runs here")
-        if self.report_line:
-            terminalreporter.write_line(self.report_line, red=self.report_line.startswith("error"))
-        if self.rows:
-            for line in format_breakdown(self.timing()):
-                terminalreporter.write_line(line)
+        width = terminalreporter._tw.fullwidth  # pytest's own terminal width (COLUMNS)
+        lines = render(self.report, width, self.report_line or None)
+        tail = 2 if self.report_line else 1  # the report's path and the verdict close the screen
+        terminalreporter.write_line("")
+        for line in lines[:-tail]:
+            terminalreporter.write_line(line.text, **({line.style: True} if line.style else {}))
+        if config.option.verbose >= 0:  # -v: every phase of the time to verdict
+            for text in format_breakdown(self.timing()):
+                terminalreporter.write_line(text)
+        for line in lines[-tail:]:
+            terminalreporter.write_line(line.text, bold=line is lines[-1], **({line.style: True} if line.style else {}))
+
+
+def _shown(path: Path) -> str:
+    """A path as the user can paste it: relative to the working directory when under it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

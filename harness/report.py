@@ -1,4 +1,4 @@
-"""Reports read results only: a JSON report under reports/ and a rich verdict table.
+"""Reports read results only: a JSON report under reports/ (harness/screen.py renders it on the terminal).
 
 A report file is created, never replaced: a failed or repeated run writes a new file and
 leaves earlier reports intact.
@@ -11,10 +11,6 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from harness import HARNESS_VERSION
 from harness.errors import HarnessError
@@ -137,15 +133,3 @@ def write_report(report: dict[str, Any], path: Path | None = None) -> Path:
     except (OSError, ValueError) as e:
         raise HarnessError(f"cannot write the parity report {path}: {e}") from e
     return path
-
-
-def print_table(results: list[ItemResult], console: Console | None = None) -> None:
-    console = console or Console(width=None if Console().is_terminal else 160)
-    table = Table(title=f"Parity verdict: {verdict(results)}", show_lines=False)
-    for column in ("model", "scenario", "check", "tier", "verdict", "detail"):
-        table.add_column(column, overflow="fold")
-    style = {"passed": "green", "failed": "bold red", "error": "bold yellow"}
-    for r in results:
-        cells = (escape(r.model), escape(r.scenario), escape(r.check), escape(r.tier))  # data, not markup
-        table.add_row(*cells, f"[{style[r.outcome]}]{r.outcome.upper()}[/]", escape(r.summary[:160]))
-    console.print(table)

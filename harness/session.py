@@ -258,6 +258,7 @@ class ParitySession:
             note = self.recorded_elsewhere(profile, scenario)
             if note is not None:
                 result.summary += f"; {note}"
+                result.details["machine_note"] = note
                 result.details["golden_recorded_on"] = self.golden(profile, scenario).manifest.get("recorded_on")
         return result
 

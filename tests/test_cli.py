@@ -39,7 +39,7 @@ def test_malformed_profile_exits_non_zero_naming_file_and_key(isolated: Path) ->
     out = harness_cli("parity", "--model", "tiny")
     assert out.returncode != 0
     assert f"{path}: tier: expected one of 'L1' | 'L2', got 'gold'" in out.stdout
-    (report,) = (isolated / "reports").iterdir()  # the profile's collection error is the report's one row
+    (report,) = (isolated / "reports").glob("*.json")  # the profile's collection error is the report's one row
     data = json.loads(report.read_text())
     assert data["verdict"] == "FAIL" and [r["outcome"] for r in data["results"]] == ["error"]
     assert not list((isolated / "goldens").rglob("*.json"))
@@ -54,7 +54,8 @@ def test_missing_artifact_exits_non_zero_and_writes_no_golden(isolated: Path, mo
     assert "missing artifact example-org/tiny-llama@0123456789abcdef0123456789abcdef01234567" in out.stderr
     assert not list((isolated / "goldens").rglob("*.json"))
     out = harness_cli("parity", "--model", "tiny")
-    assert out.returncode == 1 and "ERROR: missing artifact" in out.stdout
+    assert out.returncode == 1 and "ERROR tiny/plain" in out.stdout
+    assert "detail   missing artifact example-org/tiny-llama@0123456789abcdef0123456789abcdef01234567" in out.stdout
 
 
 def test_reports_are_never_clobbered(isolated: Path) -> None:

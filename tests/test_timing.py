@@ -135,7 +135,7 @@ def test_a_run_reports_its_phase_breakdown_summing_to_the_wall_time(
     monkeypatch.setattr(FakeOracle, "delay", 2.0)
     write_profile(isolated)
     report = isolated / "reports" / "run.json"
-    args = [str(isolated / "profiles"), "-p", "harness.pytest_plugin", "-p", "no:cacheprovider", "-q"]
+    args = [str(isolated / "profiles"), "-p", "harness.pytest_plugin", "-p", "no:cacheprovider"]
     args += ["--model", "tiny", "--parity-report", str(report), "-k", "decode_logits or teacher_forced_logits"]
     code = pytest.main(args, plugins=[_FakeSessionPlugin(isolated)])
     out = capsys.readouterr().out

@@ -78,8 +78,9 @@ def test_crashes_nan_and_teardown_errors_are_error_rows_and_block_the_signoff(is
     assert outcome == "error"
     assert summary.endswith("then teardown failed: RuntimeError: scripted RuntimeError while releasing tiny")
     assert data["verdict"] == "FAIL" and data["counts"] == {"passed": len(rows) - 5, "failed": 1, "error": 4}
-    table = out.stdout.split("Parity verdict")[-1]
-    assert table.count("ERROR") == 4
+    screen = out.stdout.splitlines()
+    assert sum(line.startswith("ERROR tiny/") for line in screen) == 4  # each non-passing check, once
+    assert screen[-1].startswith("FAIL tiny: 1 failed, 4 errors")  # the verdict, last
     report = next((isolated / "reports").glob("r*.json"))
     waivers = str(_no_waivers(isolated))
     signed = _cli("signoff", "--from-report", str(report), "--out", str(isolated / "so"), "--waivers", waivers)
@@ -108,7 +109,9 @@ def test_stopping_early_marks_the_rest(isolated: Path) -> None:
     out, data = _parity(isolated, {"plain/decode_logits": "fail"}, "-x")
     assert out.returncode == 1
     outcomes = [o for o, _ in _rows(data).values()]
-    assert outcomes.count("failed") == 1 and "error" in outcomes and data["verdict"] == "FAIL"
+    # -x stops on purpose: the items it left are listed as not run, not turned into ERROR rows.
+    assert outcomes.count("failed") == 1 and "error" not in outcomes and data["verdict"] == "FAIL"
+    assert data["context"]["not_run"] and all("::" in n for n in data["context"]["not_run"])
 
 
 def test_a_profile_that_does_not_collect_is_an_error_row(isolated: Path) -> None:

@@ -85,6 +85,24 @@ class VectorDiff:
         )
 
 
+def agreement(expected: np.ndarray, actual: np.ndarray, diff: VectorDiff) -> dict[str, Any]:
+    """KL(p_oracle || p_in-tree) in float64 and whether the top-1 agrees, for one logits row:
+    what a differing step means for sampling (0 and True for an identical row)."""
+    if diff.equal:
+        return {"kl": 0.0, "top1": True}
+    if diff.shape_mismatch:
+        return {}
+    e, a = expected.astype(np.float64).reshape(-1), actual.astype(np.float64).reshape(-1)
+    finite = np.isfinite(e) & np.isfinite(a)
+    if not finite.any():
+        return {"kl": None, "top1": bool(np.argmax(e) == np.argmax(a))}
+    e, a = e[finite], a[finite]
+    log_p = e - (e.max() + np.log(np.exp(e - e.max()).sum()))
+    log_q = a - (a.max() + np.log(np.exp(a - a.max()).sum()))
+    kl = float(np.sum(np.exp(log_p) * (log_p - log_q)))
+    return {"kl": max(kl, 0.0), "top1": bool(np.argmax(e) == np.argmax(a))}
+
+
 def fmt_top(top: list[tuple[int, float]]) -> str:
     return "[" + ", ".join(f"{i}:{v:.5g}" for i, v in top) + "]"
 
@@ -154,6 +172,7 @@ def compare_steps(check: str, golden: ScenarioRecord, actual: ScenarioRecord, st
         diff = diff_vectors(golden.logits[step], actual.logits[step])
         per_step.append(
             {"step": step, "max_abs_diff": diff.max_abs_diff, "max_ulp": diff.max_ulp, "n_differing": diff.n_differing}
+            | agreement(golden.logits[step], actual.logits[step], diff)
         )
         if not diff.equal and not diff.shape_mismatch:
             histogram += ulp_histogram(golden.logits[step], actual.logits[step])
@@ -183,7 +202,7 @@ def compare_steps(check: str, golden: ScenarioRecord, actual: ScenarioRecord, st
         first_bad_step=step,
         steps_compared=len(steps),
         steps_differing=n_bad,
-        details={"first_step_diff": asdict(diff)} | buckets,
+        details={"first_step_diff": asdict(diff), "row_label": where(golden, step)} | buckets,
         per_step=per_step,
     )
 

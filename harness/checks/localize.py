@@ -47,12 +47,16 @@ class Localization:
         return f"first diverging module: {self.module} ({self.diff.explain() if self.diff else self.note})"
 
     def as_dict(self) -> dict[str, Any]:
+        stats = {}
+        if self.diff is not None and not self.diff.shape_mismatch:
+            names = ("n_differing", "n_elements", "max_abs_diff", "max_rel_diff", "max_ulp")
+            stats = {name: getattr(self.diff, name) for name in names}
         return {
             "row": self.row,
             "module": self.module,
             "modules_compared": self.modules_compared,
             "explanation": self.explain(),
-        }
+        } | stats
 
 
 def module_taps() -> ModuleType:

@@ -7,30 +7,15 @@ import argparse
 import sys
 
 from harness.errors import HarnessError
-from harness.paths import REPO_ROOT, profiles_dir
+from harness.paths import REPO_ROOT
 
 
 def parity(args: argparse.Namespace) -> int:
     import pytest
 
-    # The plugin is named explicitly: profiles may live outside the repo (MLX_PARITY_PROFILES).
-    pytest_args = [
-        str(profiles_dir()),
-        "-p",
-        "harness.pytest_plugin",
-        "-p",
-        "no:cacheprovider",
-        "-q",
-        "-rN",
-        f"--rootdir={REPO_ROOT}",
-    ]
-    for model in args.model:
-        pytest_args += ["--model", model]
-    if args.report:
-        pytest_args += ["--parity-report", args.report]
-    if args.workers:
-        pytest_args += ["-n", args.workers, "--dist", "loadgroup"]
-    return int(pytest.main(pytest_args + args.extra))
+    from harness.cli.select import pytest_arguments
+
+    return int(pytest.main(pytest_arguments(args)))
 
 
 def goldens(args: argparse.Namespace) -> int:

@@ -29,8 +29,15 @@ class Verb:
 
 def _parity(p: argparse.ArgumentParser) -> None:
     options.model(p, many=True)
-    p.add_argument("--report", help="JSON report path (default: a new file under reports/)")
+    p.add_argument("--scenario", action="append", default=[], help="only this scenario of the model (repeatable)")
+    p.add_argument("--check", action="append", default=[], help="only this check of --scenario (repeatable)")
+    p.add_argument("--report", help="JSON report path (default: a new file under reports/; the JUnit file beside it)")
     options.workers(p)
+    p.epilog = (
+        "Every other argument goes to pytest: -k EXPR, -m L2, -x, --lf, --ff, --collect-only, "
+        "node ids as --collect-only prints them (profiles/<model>.yaml::<scenario>::<check>), "
+        "--tb=short for a crash's traceback. From make: make parity MODEL=m SCENARIO=s CHECK=c K=expr ARGS='...'."
+    )
 
 
 def _goldens(p: argparse.ArgumentParser) -> None:

@@ -297,7 +297,12 @@ class GoldenLifecycle:
 
     def recorded_elsewhere(self, profile: Profile, scenario: Scenario) -> str | None:
         """Says so when the golden was made on another processor (or macOS version) than this
-        machine: same key, so the bits should agree, but the user should know where it came from."""
+        machine: same key, so the bits should agree, but the user should know where it came from.
+        Silent once the oracle has reproduced the golden's hashes here (its full vectors were
+        regenerated, or read from this cache's full-vector index, and matched): then this
+        machine is not the cause and the hint would mislead."""
+        if (profile.name, scenario.id) in self._full_goldens:
+            return None
         recorded = self.golden(profile, scenario).manifest.get("recorded_on")
         here = device_facts().recorded_on()
         fields = ("processor", "os_version") if here["os"] == "darwin" else ("processor",)
@@ -356,10 +361,12 @@ class GoldenLifecycle:
             where = f"golden {profile.name}/{scenario.id}"
             bad_rows = compact.mismatches(again.logits, range(len(compact.row_sha256)))
             if again.tokens != golden.tokens or bad_rows or len(again.logits) != len(compact.row_sha256):
+                elsewhere = self.recorded_elsewhere(profile, scenario)
                 raise OracleError(
                     f"{where} is not reproducible on this machine: the oracle regenerated "
                     f"{len(again.logits)} rows (golden {len(compact.row_sha256)}), rows {bad_rows[:5]} hash "
                     "differently: the oracle is not deterministic here or the golden is corrupted"
+                    + (f"; {elsewhere}" if elsewhere else "")
                 )
             for name, digest in golden.array_digests.items():
                 if name not in again.arrays or array_sha256(again.arrays[name]) != digest:

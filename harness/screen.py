@@ -1,0 +1,256 @@
+"""The end of a parity run on the terminal: one screen a model engineer can act on.
+
+Rendered from the JSON report alone (its results, context and timing), so a report kept as a
+fixture renders exactly what the run printed (tests/test_screen.py; docs/screens/). In order:
+
+1. every non-passing check: the first of each scenario as a few labelled lines (what differs,
+   where, the first diverging module, both top-5s, KL and top-1 agreement at that step, the
+   command that reruns exactly that check), the others one line each;
+2. a scenario x check matrix per model;
+3. notes: which scenario walked each declared path, what this backend does not run, what -x
+   left unrun, the time to verdict, the report's path;
+4. the verdict, last.
+"""
+
+from __future__ import annotations
+
+import shlex
+import textwrap
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+FULL_BLOCKS = 4  # non-passing checks shown in full (the first of each scenario first)
+SHORT_LINES = 12  # further non-passing checks, one line each; the rest are counted
+MARK = {"passed": "✓", "failed": "F", "error": "E"}
+
+
+@dataclass(frozen=True)
+class Line:
+    text: str
+    style: str | None = None  # "red", "green", "yellow", "bold" (pytest's terminal writer markup)
+
+
+def rerun_command(model: str, scenario: str, check: str) -> str:
+    """The make command that reruns exactly this check (`--scenario`/`--check` become its node id)."""
+    words = [f"MODEL={model}", f"SCENARIO={scenario}", f"CHECK={check}"]
+    return "make parity " + " ".join(shlex.quote(w) for w in words)
+
+
+def _g(value: Any) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def _top(top: Iterable[Any]) -> str:
+    return " ".join(f"{int(i)}:{float(v):.4g}" for i, v in top)
+
+
+def _vector_diff(row: dict[str, Any]) -> dict[str, Any] | None:
+    details = row.get("details") or {}
+    diff = details.get("first_step_diff") or details.get("first_diff")
+    return diff if isinstance(diff, dict) and "n_differing" in diff else None
+
+
+def _step_stats(row: dict[str, Any]) -> dict[str, Any] | None:
+    step = row.get("first_bad_step")
+    for entry in (row.get("details") or {}).get("per_step", []):
+        if entry.get("step") == step and "kl" in entry:
+            return entry
+    return None
+
+
+def _module(row: dict[str, Any]) -> str | None:
+    where = (row.get("details") or {}).get("localization")
+    if not isinstance(where, dict):
+        return None
+    if where.get("module") is None:
+        return f"none: all {where.get('modules_compared')} module outputs agree (outside the model graph)"
+    stats = [f"{where['n_differing']}/{where['n_elements']} differ"] if "n_differing" in where else []
+    stats += [f"max rel {_g(where['max_rel_diff'])}"] if "max_rel_diff" in where else []
+    stats += [f"max ULP {where['max_ulp']}"] if "max_ulp" in where else []
+    return f"{where['module']}" + (f" ({', '.join(stats)})" if stats else "")
+
+
+def _labelled(label: str, text: str, width: int, max_lines: int = 4) -> list[str]:
+    head = f"  {label:<8} "
+    wrapped = textwrap.wrap(text, width - len(head), break_on_hyphens=False) or [""]
+    if len(wrapped) > max_lines:
+        wrapped = wrapped[: max_lines - 1] + [wrapped[max_lines - 1][: width - len(head) - 24] + " … (in the report)"]
+    return [head + wrapped[0]] + [" " * len(head) + w for w in wrapped[1:]]
+
+
+def _summary_text(row: dict[str, Any]) -> str:
+    """The summary without what the block shows on its own lines (the module)."""
+    return str(row.get("summary", "")).split("; first diverging module:")[0]
+
+
+def failure_block(row: dict[str, Any], width: int) -> list[Line]:
+    outcome = "FAIL" if row["outcome"] == "failed" else "ERROR"
+    head = f"{outcome} {row['model']}/{row['scenario']} {row['check']} · {row['tier']} vs {row['oracle']}"
+    lines = [Line(head, "red" if outcome == "FAIL" else "yellow")]
+    text: list[str] = []
+    diff = _vector_diff(row)
+    if diff is not None and not diff.get("shape_mismatch"):
+        details = row.get("details") or {}
+        step = row.get("first_bad_step")
+        where = f"step {step}{details.get('row_label', '')}" if step is not None else "the tensor"
+        counted = details.get("steps_differing"), details.get("steps_compared")
+        steps = f" ({counted[0]}/{counted[1]} steps differ)" if all(c is not None for c in counted) else ""
+        text += _labelled("differs", f"{where}{steps}: {diff['n_differing']}/{diff['n_elements']} elements", width)
+        text += _labelled(
+            "by",
+            f"max |Δ| {_g(diff['max_abs_diff'])}, max rel {_g(diff['max_rel_diff'])}, max ULP {diff['max_ulp']}",
+            width,
+        )
+        text += _labelled(
+            "first",
+            f"index {diff['first_index']}: oracle {diff['expected_value']!r} vs in-tree {diff['actual_value']!r}",
+            width,
+        )
+    else:  # a message of its own: one line (the terminal wraps it; a search finds it whole)
+        text.append(f"  {'detail':<8} {_summary_text(row)}")
+    module = _module(row)
+    if module is not None:
+        text += _labelled("module", module, width)
+    if diff is not None and diff.get("expected_top5"):
+        text += _labelled("oracle", "top-5 " + _top(diff["expected_top5"]), width, max_lines=2)
+        text += _labelled("in-tree", "top-5 " + _top(diff["actual_top5"]), width, max_lines=2)
+    stats = _step_stats(row)
+    if stats is not None:
+        agree = "agrees" if stats["top1"] else "differs"
+        text += _labelled("at step", f"KL(oracle‖in-tree) {_g(stats['kl'])}, top-1 {agree}", width)
+    note = (row.get("details") or {}).get("machine_note")
+    if note:
+        text.append(f"  {'note':<8} {note}")
+    if outcome == "ERROR":
+        text += _labelled("trace", "a crash's traceback: add ARGS=--tb=short to the rerun", width)
+    text.append("  rerun exactly this check:")
+    text.append("    " + rerun_command(row["model"], row["scenario"], row["check"]))  # never wrapped: it is pasted
+    return lines + [Line(t) for t in text]
+
+
+def failure_line(row: dict[str, Any], width: int) -> Line:
+    outcome = "FAIL" if row["outcome"] == "failed" else "ERROR"
+    head = f"{outcome} {row['model']}/{row['scenario']} {row['check']}: "
+    diff, module = _vector_diff(row), (row.get("details") or {}).get("localization")
+    if diff is not None and row.get("first_bad_step") is not None and not diff.get("shape_mismatch"):
+        text = f"step {row['first_bad_step']}, max ULP {diff['max_ulp']}"
+        if isinstance(module, dict):
+            text += f", module {module.get('module') or 'none'}"
+    else:
+        text = _summary_text(row)
+    text = head + text
+    return Line(text if len(text) <= width else text[: width - 1] + "…", "red" if outcome == "FAIL" else "yellow")
+
+
+def failures(results: list[dict[str, Any]], width: int) -> list[Line]:
+    bad = [r for r in results if r["outcome"] != "passed"]
+    if not bad:
+        return []
+    seen: set[tuple[str, str]] = set()
+    full = []
+    for r in bad:  # the first non-passing check of each scenario, in run order
+        if (r["model"], r["scenario"]) not in seen and len(full) < FULL_BLOCKS:
+            seen.add((r["model"], r["scenario"]))
+            full.append(r)
+    out: list[Line] = []
+    for r in full:
+        out += failure_block(r, width) + [Line("")]
+    rest = [r for r in bad if r not in full]
+    out += [failure_line(r, width) for r in rest[:SHORT_LINES]]
+    if len(rest) > SHORT_LINES:
+        out.append(Line(f"… and {len(rest) - SHORT_LINES} more non-passing checks: the report lists each"))
+    if rest:
+        out.append(Line(""))
+    return out
+
+
+def matrix(results: list[dict[str, Any]], width: int) -> list[Line]:
+    """Per model: one row per scenario, one column per check (numbered; the legend follows)."""
+    out: list[Line] = []
+    for model in dict.fromkeys(r["model"] for r in results):
+        rows = [r for r in results if r["model"] == model]
+        checks = list(dict.fromkeys(r["check"] for r in rows))
+        scenarios = list(dict.fromkeys(r["scenario"] for r in rows))
+        cells = {(r["scenario"], r["check"]): r for r in rows}
+        name_width = min(max(len(s) for s in scenarios), max(12, width - 6 - 3 * len(checks)))
+        out.append(
+            Line(f"{model}: {len(scenarios)} scenarios x {len(checks)} checks   ✓ pass  F fail  E error", "bold")
+        )
+        out.append(Line(" " * (name_width + 4) + "".join(f"{n:>3}" for n in range(1, len(checks) + 1))))
+        for scenario in scenarios:
+            marks, tier, bad = [], "", False
+            for check in checks:
+                cell = cells.get((scenario, check))
+                marks.append(MARK.get(cell["outcome"], "?") if cell else "·")
+                tier = cell["tier"] if cell else tier
+                bad |= bool(cell) and cell["outcome"] != "passed"
+            name = scenario if len(scenario) <= name_width else scenario[: name_width - 1] + "…"
+            text = f"{name:<{name_width}} {tier:<3}" + "".join(f"{m:>3}" for m in marks)
+            out.append(Line(text, "red" if bad else None))
+        out += [Line(t) for t in _legend([f"{n} {c}" for n, c in enumerate(checks, 1)], width)]
+        out.append(Line(""))
+    return out
+
+
+def _legend(entries: list[str], width: int) -> list[str]:
+    """Entries two spaces apart, lines broken between entries only."""
+    lines = [""]
+    for entry in entries:
+        if lines[-1] and len(lines[-1]) + 2 + len(entry) > width:
+            lines.append("")
+        lines[-1] += ("  " if lines[-1] else "") + entry
+    return lines
+
+
+def _phase_group(name: str) -> str:
+    return name.split(" (")[0]
+
+
+def timing_line(timing: dict[str, Any]) -> str:
+    total = timing.get("total_seconds") or 1.0
+    phases = sorted(timing.get("phases", []), key=lambda p: -p["seconds"])[:3]
+    parts = ", ".join(f"{_phase_group(p['phase'])} {100 * p['seconds'] / total:.0f} %" for p in phases)
+    return f"time to verdict: {timing.get('wall_seconds', 0.0):.1f} s wall ({parts}; -v for every phase)"
+
+
+def notes(report: dict[str, Any], width: int, where: str | None) -> list[Line]:
+    context = report.get("context", {})
+    texts = list(context.get("coverage", []))
+    if context.get("scoped_out"):
+        backend = context.get("device", {}).get("backend", "this")
+        texts.append(f"not run on the {backend} backend (scenario backends): {', '.join(context['scoped_out'])}")
+    backend = context.get("device", {}).get("backend", "?")
+    texts += [
+        f"{m}: not run on this backend ({backend}): no scenario of it runs here"
+        for m in context.get("not_run_here", [])
+    ]
+    if context.get("not_run"):
+        texts.append(f"not run, the run stopped early (-x / --maxfail): {len(context['not_run'])} checks")
+    out = [Line(t) for t in texts]  # whole lines: the terminal wraps them, a search finds them
+    if "timing" in report:
+        out.append(Line(timing_line(report["timing"])))
+    if where:
+        out.append(Line(where, "red" if where.startswith("error") else None))
+    return out
+
+
+def verdict_line(report: dict[str, Any]) -> Line:
+    counts, verdict = report.get("counts", {}), report.get("verdict", "?")
+    total = sum(counts.values())
+    models = ", ".join(report.get("context", {}).get("models", [])) or "no model"
+    seconds = report.get("timing", {}).get("wall_seconds")
+    took = f" in {seconds:.0f} s" if seconds is not None else ""
+    if verdict == "PASS":
+        return Line(f"PASS {models}: all {total} checks passed{took}", "green")
+    if verdict == "FAIL":
+        parts = [f"{counts['failed']} failed"] if counts.get("failed") else []
+        parts += [f"{counts['error']} error{'s' if counts['error'] > 1 else ''}"] if counts.get("error") else []
+        return Line(f"FAIL {models}: {', '.join(parts)}, {counts.get('passed', 0)} passed of {total}{took}", "red")
+    return Line(f"{verdict} {models}", "yellow")
+
+
+def render(report: dict[str, Any], width: int = 80, where: str | None = None) -> list[Line]:
+    """The whole end-of-run screen for a report; `where` is the line naming the report's file(s)."""
+    results = report.get("results", [])
+    return failures(results, width) + matrix(results, width) + notes(report, width, where) + [verdict_line(report)]
