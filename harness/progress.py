@@ -30,7 +30,10 @@ class Progress:
     def say(self, message: str) -> None:
         if not self.quiet:
             with self._lock, self.uncaptured():
-                self.console.print(f"[dim]parity[/dim] {message}")
+                try:
+                    self.console.print(f"[dim]parity[/dim] {message}")
+                except (ValueError, OSError):  # the stream is closed (a detached run): a side channel drops it
+                    pass
 
     @contextlib.contextmanager
     def task(self, description: str) -> Iterator[None]:

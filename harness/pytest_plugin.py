@@ -367,6 +367,9 @@ class _Collector:
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         """The screen comes after pytest's own last line, so that the verdict is the run's last."""
+        import contextlib
+
+        progress.uncaptured = contextlib.nullcontext  # this run's capture manager ends here
         terminalreporter = config.pluginmanager.getplugin("terminalreporter")
         if hasattr(config, "workerinput") or self.report is None or terminalreporter is None:
             return

@@ -68,6 +68,8 @@ def _module(row: dict[str, Any]) -> str | None:
     stats = [f"{where['n_differing']}/{where['n_elements']} differ"] if "n_differing" in where else []
     stats += [f"max rel {_g(where['max_rel_diff'])}"] if "max_rel_diff" in where else []
     stats += [f"max ULP {where['max_ulp']}"] if "max_ulp" in where else []
+    if where.get("row") is not None and where["row"] != row.get("first_bad_step"):
+        stats.append(f"at step {where['row']}, the scenario's earliest")
     return f"{where['module']}" + (f" ({', '.join(stats)})" if stats else "")
 
 

@@ -7,6 +7,8 @@ scenario share one oracle run and one in-tree run per mode.
 
 from __future__ import annotations
 
+import concurrent.futures
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -308,6 +310,8 @@ class ParitySession:
             where = self.localize(profile, scenario, result.first_bad_step)
             if where is not None:
                 result.summary += f"; {where.explain()}"
+                if where.row != result.first_bad_step:
+                    result.summary += f" (localized at step {where.row}, this scenario's earliest)"
                 result.details["localization"] = where.as_dict()
             elif not profile.under_test.localizes:
                 result.summary += (
@@ -316,12 +320,17 @@ class ParitySession:
         return result
 
     def localize(self, profile: Profile, scenario: Scenario, row: int) -> Localization | None:
-        """The first module whose output differs on the model call of `row` (memoized)."""
-        key = (profile.name, scenario.id, row)
-        if key not in self._localizations:
-            with clock.phase("localization"):
-                self._localizations[key] = self._localize(profile, scenario, row)
-        return self._localizations[key]
+        """The first module whose output differs on the model call of `row`, once per scenario:
+        a check failing at a later row than one already localized gets that localization (the
+        scenario's earliest divergence explains the later ones); an earlier row is localized anew."""
+        done = {r: loc for (m, s, r), loc in self._localizations.items() if (m, s) == (profile.name, scenario.id)}
+        earlier = [r for r in done if r <= row]
+        if earlier:
+            return done[min(earlier)]
+        with clock.phase("localization"):
+            found = self._localize(profile, scenario, row)
+        self._localizations[(profile.name, scenario.id, row)] = found
+        return found
 
     def _localize(self, profile: Profile, scenario: Scenario, row: int) -> Localization | None:
         planned = profile.planned(scenario)
@@ -329,6 +338,15 @@ class ParitySession:
         if not profile.under_test.localizes or not can_localize(spec, oracle):
             return None
         golden = self.golden(profile, scenario).record
-        expected = oracle_module_outputs(oracle, self.artifact(profile).model_dir, spec, row)
-        actual = intree_module_outputs(self.runner(profile), self.intree_spec(profile, scenario), golden, row)
-        return first_divergence(expected, actual, row)
+        # Both runs end one step after the tapped call (nothing later can change it), and the
+        # oracle's runs in its own process while the in-tree side runs here.
+        upto = row + 2
+        short = {"n_tokens": min(spec["n_tokens"], upto)}
+        forced = dataclasses.replace(golden, tokens=golden.tokens[:upto])
+        model_dir = self.artifact(profile).model_dir
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            expected = pool.submit(oracle_module_outputs, oracle, model_dir, spec | short, row)
+            actual = intree_module_outputs(
+                self.runner(profile), self.intree_spec(profile, scenario) | short, forced, row
+            )
+            return first_divergence(expected.result(), actual, row)

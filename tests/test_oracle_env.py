@@ -183,3 +183,31 @@ def test_an_undeclared_script_or_oracle_is_an_error_naming_what_there_is() -> No
         descriptor("mlx-lm").script("calibrate.py")
     with pytest.raises(OracleError, match=r"unknown oracle 'xyzzy': expected one of: ctranslate2, llama-cpp, mlx-lm, "):
         descriptor("xyzzy")
+
+
+@pytest.mark.parametrize("uv_works", [True, False])
+def test_a_venv_is_built_with_uv_and_with_pip_when_uv_fails(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch, uv_works: bool
+) -> None:
+    import shutil
+
+    import harness.oracle.venvs as venvs
+
+    pins = isolated / "pins.txt"
+    pins.write_text("six==1.17.0\n")
+    if not uv_works:  # an uv that fails: pip builds the venv, and the log says why
+        broken = isolated / "bin" / "uv"
+        broken.parent.mkdir()
+        broken.write_text("#!/bin/sh\necho 'uv: no solution' >&2\nexit 2\n")
+        broken.chmod(0o755)
+        which = shutil.which
+        monkeypatch.setattr(venvs.shutil, "which", lambda name, path=None: str(broken) if name == "uv" else which(name))
+    env = OracleEnv(name="six-probe", root=isolated / "cache" / "venvs" / "six-probe-x", pins_hash="x", pins="")
+    venvs.ensure_built(env, lambda: None, venvs.Pins(pins))
+    probe = f"{env.python} -I -c 'import six; print(six.__version__)'"
+    assert __import__("subprocess").run(probe, shell=True, capture_output=True, text=True).stdout.strip() == "1.17.0"
+    log = (env.root.parent / f"{env.root.name}.build.log").read_text()
+    if uv_works:
+        assert " pip install --python " in log and " -m pip install" not in log
+    else:
+        assert "uv could not build it" in log and " -m pip install" in log

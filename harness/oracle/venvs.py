@@ -185,6 +185,8 @@ def _install(env: OracleEnv, how: Pins, tmp: Path, out: typing.TextIO, log: Path
                 + "\n".join(tail)
             )
 
+    if not how.torch and _with_uv(env, how, tmp, python, run, out):
+        return
     run([sys.executable, "-m", "venv", str(tmp)])
     if how.torch:  # resolve first: never download a CUDA build
         report = tmp / "resolution.json"
@@ -202,6 +204,46 @@ def _install(env: OracleEnv, how: Pins, tmp: Path, out: typing.TextIO, log: Path
             raise OracleError(f"oracle venv {env.name}: torch does not import: {probe.stderr.strip()[-1000:]}")
         facts = json.loads(probe.stdout)
         refuse_cuda_torch(env.name, pins, facts["dists"], "installed", cuda=facts["cuda"])
+
+
+def _with_uv(env: OracleEnv, how: Pins, tmp: Path, python: str, run, out: typing.TextIO) -> bool:
+    """Build with uv (pinned in requirements.txt; seconds where pip takes a minute), from the
+    indexes and find-links pip is configured with. A torch oracle stays with pip (its CUDA
+    refusal reads pip's resolution report). False when uv is absent or fails: pip builds it."""
+    uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
+    if uv is None:
+        return False
+    install = [uv, "pip", "install", "--python", python, "--index-strategy", "unsafe-best-match", *pip_sources()]
+    try:
+        run([uv, "venv", "--seed", "--quiet", "--python", sys.executable, str(tmp)])
+        run([*install, "-r", str(how.file)])
+        if how.nodeps is not None:
+            run([*install, "--no-deps", "-r", str(how.nodeps)])
+    except OracleError as e:
+        out.write(f"uv could not build it ({str(e).splitlines()[0]}); building with pip instead\n")
+        out.flush()
+        shutil.rmtree(tmp, ignore_errors=True)
+        return False
+    return True
+
+
+@functools.cache
+def pip_sources() -> tuple[str, ...]:
+    """pip's configured indexes, find-links and constraints (its config files and PIP_*
+    variables, as `pip config list` shows them), as uv's options: uv reads neither."""
+    shown = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False
+    ).stdout
+    options = {"index-url": "--index-url", "extra-index-url": "--extra-index-url", "find-links": "--find-links"}
+    options |= {"constraint": "--constraint"}
+    out: list[str] = []
+    for line in shown.splitlines():
+        key, _, value = line.partition("=")
+        flag = options.get(key.rsplit(".", 1)[-1])
+        for item in value.strip().strip("'\"").split() if flag else []:
+            if (flag, item) not in zip(out[::2], out[1::2], strict=True):  # a file and the environment may repeat it
+                out += [flag, item]
+    return tuple(out)
 
 
 _CUDA_PROBE = (
