@@ -38,7 +38,8 @@ from harness.errors import (
     RecordError,
 )
 from harness.goldens.calibration import CalibrationRecord
-from harness.goldens.lifecycle import GoldenLifecycle, runnable_spec
+from harness.goldens.lifecycle import GoldenLifecycle
+from harness.goldens.specs import runnable_spec
 from harness.goldens.store import Golden, GoldenStore
 from harness.paths import REPO_ROOT
 from harness.profile import Profile, Scenario

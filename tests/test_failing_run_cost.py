@@ -60,7 +60,7 @@ def test_full_vectors_are_regenerated_once_per_scenario_and_the_rest_beside(
 ) -> None:
     monkeypatch.setenv("MLX_PARITY_LOCALIZE", "0")  # fake models have no module taps
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # this test may itself run on a worker
-    monkeypatch.setattr("harness.goldens.lifecycle.os.cpu_count", lambda: 2)
+    monkeypatch.setattr("harness.goldens.specs.os.cpu_count", lambda: 2)
     write_profile(isolated, text=THREE)
     fake_session(isolated).goldens(fake_session(isolated).profile("tiny"))  # compact goldens, as tracked
     shutil.rmtree(isolated / "cache" / "blobs")  # a fresh clone: no full vectors here

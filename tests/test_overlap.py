@@ -59,7 +59,7 @@ def slow_oracle(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("MLX_PARITY_LOCALIZE", "0")
     monkeypatch.setattr(FakeOracle, "delay", ORACLE_SECONDS)
     monkeypatch.setattr(FakeOracle, "counter", isolated / "oracle-runs")
-    monkeypatch.setattr("harness.goldens.lifecycle.os.cpu_count", lambda: 2)
+    monkeypatch.setattr("harness.goldens.specs.os.cpu_count", lambda: 2)
     write_profile(isolated)
     return isolated
 
@@ -103,13 +103,13 @@ def test_without_overlap_the_oracle_runs_first(slow_oracle: Path, monkeypatch: p
 
 
 def test_one_machine_core_means_no_overlap(slow_oracle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness.goldens.lifecycle import overlap_enabled
+    from harness.goldens.specs import overlap_enabled
 
     assert overlap_enabled(True)
-    monkeypatch.setattr("harness.goldens.lifecycle.os.cpu_count", lambda: 1)
-    monkeypatch.setattr("harness.goldens.lifecycle.device_facts", lambda: type("F", (), {"backend": "cpu"})())
+    monkeypatch.setattr("harness.goldens.specs.os.cpu_count", lambda: 1)
+    monkeypatch.setattr("harness.goldens.specs.device_facts", lambda: type("F", (), {"backend": "cpu"})())
     assert not overlap_enabled(True)
-    monkeypatch.setattr("harness.goldens.lifecycle.device_facts", lambda: type("F", (), {"backend": "cuda"})())
+    monkeypatch.setattr("harness.goldens.specs.device_facts", lambda: type("F", (), {"backend": "cuda"})())
     assert overlap_enabled(True) and not overlap_enabled(False)
 
 

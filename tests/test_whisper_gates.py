@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from harness.checks.registry import CHECKS as GATES
-from harness.goldens.lifecycle import runnable_spec
+from harness.goldens.specs import runnable_spec
 from harness.session import ParitySession
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("whisper-large-v3-turbo-mini")]

@@ -21,23 +21,21 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 from harness.errors import HarnessError, OracleError
+from harness.goldens.specs import oracle_spec, overlap_enabled
 from harness.profile import Profile, Scenario
 from harness.progress import progress
 from harness.records import ScenarioRecord, array_sha256
 from harness.timing import clock, oracle_phase
-
-if TYPE_CHECKING:
-    from harness.goldens.lifecycle import GoldenLifecycle
 
 Key = tuple[str, str]  # (profile, scenario)
 
 
 @dataclass
 class FullVectors:
-    owner: GoldenLifecycle
+    owner: Any  # the GoldenLifecycle: goldens, stores, artifacts, the oracle runner, the selection
     done: dict[Key, ScenarioRecord] = field(default_factory=dict)
     errors: dict[Key, HarnessError] = field(default_factory=dict)
     pending: dict[Key, concurrent.futures.Future] = field(default_factory=dict)
@@ -105,8 +103,6 @@ class FullVectors:
         """One oracle process for `scenarios` (one oracle); each record checked against its
         golden's hashes and kept in this cache's full-vector index, or the reason it cannot be."""
         oracle = profile.planned(scenarios[0]).oracle
-        from harness.goldens.lifecycle import oracle_spec
-
         specs = [oracle_spec(profile, s) for s in scenarios]
         model_dir = self.owner.artifacts.artifact(profile).model_dir
         _, records, errors = self.owner.oracle_runner(oracle).run(model_dir, specs)
@@ -148,8 +144,6 @@ class FullVectors:
     def _start_the_others(self, profile: Profile, failing: Scenario) -> None:
         """Regenerate, beside the in-tree side, the other selected scenarios of the same oracle
         whose full vectors this cache lacks (one process; once per profile and oracle)."""
-        from harness.goldens.lifecycle import overlap_enabled
-
         if os.environ.get("PYTEST_XDIST_WORKER") or not overlap_enabled(self.owner.overlap_generation()):
             return
         oracle = profile.planned(failing).oracle

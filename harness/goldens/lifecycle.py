@@ -12,7 +12,6 @@ with generation, and the scenarios the run selected.
 from __future__ import annotations
 
 import concurrent.futures
-import os
 import subprocess
 import time
 from collections.abc import Callable
@@ -22,14 +21,14 @@ from typing import Any
 
 from filelock import FileLock
 
-from harness import HARNESS_VERSION, settings
-from harness.artifacts.draft import with_draft_dir
+from harness import HARNESS_VERSION
 from harness.artifacts.files import sha256_file
 from harness.artifacts.keeper import ArtifactKeeper
 from harness.artifacts.requantize import requantized_provenance
 from harness.errors import GoldenError, HarnessError, OracleError, OracleVersionError
 from harness.goldens.calibration import CalibrationRecord, golden_identity, read_record
 from harness.goldens.full import FullVectors
+from harness.goldens.specs import oracle_spec, overlap_enabled
 from harness.goldens.store import Golden, GoldenStatus, GoldenStore
 from harness.oracle.descriptor import descriptor, is_mlx_free
 from harness.oracle.pins import comparison_mlx
@@ -64,33 +63,6 @@ def portable_environment(environment: dict[str, Any]) -> dict[str, Any]:
     if isinstance(out.get("blas_libraries"), list):
         out["blas_libraries"] = [Path(p).name for p in out["blas_libraries"]]
     return out
-
-
-def oracle_spec(profile: Profile, scenario: Scenario) -> dict[str, Any]:
-    """What the oracle is asked to run: an in-tree composition (the Whisper fast path) is
-    judged against the oracle's reference path, so the oracle never sees it."""
-    spec = runnable_spec(profile.planned(scenario).spec_dict())
-    if profile.intree_composition(scenario):
-        spec = {k: v for k, v in spec.items() if k != "composition"}
-    return spec
-
-
-def runnable_spec(spec: dict[str, Any]) -> dict[str, Any]:
-    """The spec as a runner needs it: an audio path made absolute (the hash keeps it relative),
-    a draft model resolved to its directory."""
-    spec = with_draft_dir(spec)
-    if spec.get("audio"):
-        return spec | {"audio": str(REPO_ROOT / spec["audio"])}
-    return spec
-
-
-def overlap_enabled(requested: bool) -> bool:
-    """Generate goldens beside the in-tree side: when the session asks (the parity plugin's
-    does; a session used directly, as tests and tools use it, does not), unless
-    `MLX_PARITY_OVERLAP=0`, and where the machine has a second core or a GPU for it."""
-    if not requested or not settings.read().overlap:
-        return False
-    return (os.cpu_count() or 1) >= 2 or device_facts().backend != "cpu"
 
 
 @dataclass

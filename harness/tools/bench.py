@@ -150,7 +150,7 @@ def per_step_overhead(session: Any, profile: Profile) -> dict[str, Any]:
     golden as stored (compact: hashes) and against its full vectors (the diagnostic path).
     """
     from harness.checks import registry
-    from harness.goldens.lifecycle import runnable_spec
+    from harness.goldens.specs import runnable_spec
 
     runner = session.runner(profile)
     rows, totals = [], {"forward_s": 0.0, "judge_s": 0.0, "judge_full_s": 0.0, "steps": 0}
@@ -213,7 +213,7 @@ def parity_wall(model: str) -> dict[str, Any]:
 
 def oracle_generation(profile: Profile, model_dir: Path) -> float:
     """One full oracle generation of all scenarios: what a cold parity adds (nothing is written)."""
-    from harness.goldens.lifecycle import runnable_spec
+    from harness.goldens.specs import runnable_spec
     from harness.runners.oracle import OracleRunner
 
     scenarios = profile.active_scenarios(device_facts().backend)

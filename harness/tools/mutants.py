@@ -49,7 +49,7 @@ def judge(mutant: Mutant, clean: ParitySession | None = None) -> dict[str, Any]:
     goldens decided by their digests, full vectors fetched only to explain a difference), on
     every check the scenario declares: per check "passed", "failed", "error" or "unjudged" (it
     fails on the unmutated implementation too, judged by `clean`, one session for a whole run)."""
-    from harness.goldens.lifecycle import runnable_spec
+    from harness.goldens.specs import runnable_spec
     from harness.session import ParitySession
 
     # Goldens are had for the judged scenario only (a nightly-tagged one included).
