@@ -28,6 +28,7 @@ from harness.profile.load import EXTERNAL, available_profiles, load_profile
 from harness.profile.vad import VadProfile, available_vad_profiles, load_vad_profile
 from harness.progress import progress
 from harness.provenance import device_facts
+from harness.pytest_counter import RunCounter
 from harness.pytest_items import (
     _VAD_KEY,
     ParityItem,
@@ -38,7 +39,7 @@ from harness.pytest_items import (
     _session,
 )
 from harness.report import ItemResult, build_report, peak_rss_mb, verdict, write_report
-from harness.screen import render
+from harness.screen import render, shown_path
 from harness.settings import check_all as check_settings
 from harness.timing import breakdown, clock, format_breakdown
 from harness.vad_session import VadRun
@@ -235,6 +236,7 @@ class _Collector:
         self.expected: dict[str, None] = {}  # the collected parity items' node ids, in order
         self.report_line = ""
         self.report: dict | None = None  # the run's report, written or not; the screen renders it
+        self.counter = RunCounter()
         self.not_run: list[str] = []  # collected items -x / --maxfail left unrun
         self.coverage: list[Coverage] = []
         # Phase seconds and counts the xdist workers shipped with their items, and the item seconds.
@@ -263,10 +265,20 @@ class _Collector:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.expected.update((i.nodeid, None) for i in session.items if isinstance(i, ParityItem))
+        if not hasattr(session.config, "workerinput") and not session.config.option.collectonly:
+            self.counter.start([i.nodeid for i in session.items if _is_parity_id(i.nodeid)])
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
         self.expected.update((i, None) for i in ids if _is_parity_id(i))
+        if not self.counter.started:  # every worker collects the same items
+            self.counter.start([i for i in ids if _is_parity_id(i)])
+
+    def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config):
+        """No dot per check: the progress bar (or a line per scenario) counts them."""
+        if _is_parity_id(report.nodeid) and report.when == "call" and config.option.verbose <= 0:
+            return report.outcome, "", ""
+        return None
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed and _is_parity_id(report.nodeid):
@@ -275,6 +287,7 @@ class _Collector:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not _is_parity_id(report.nodeid):
             return
+        self.counter.report(report)
         if report.when == "call":
             for key, value in report.user_properties:
                 if key == "parity":
@@ -306,6 +319,7 @@ class _Collector:
         config = session.config
         if hasattr(config, "workerinput"):  # xdist worker: the controller reports
             return
+        progress.end_run()
         with clock.phase("report"):
             self._finish(session)
 
@@ -362,7 +376,7 @@ class _Collector:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         else:
             junit = getattr(config.option, "xmlpath", None)
-            self.report_line = f"report: {_shown(path)}" + (f" · JUnit: {_shown(Path(junit))}" if junit else "")
+            self.report_line = f"report: {shown_path(path)}" + (f" · JUnit: {shown_path(Path(junit))}" if junit else "")
 
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
@@ -384,11 +398,3 @@ class _Collector:
                 terminalreporter.write_line(text)
         for line in lines[-tail:]:
             terminalreporter.write_line(line.text, bold=line is lines[-1], **({line.style: True} if line.style else {}))
-
-
-def _shown(path: Path) -> str:
-    """A path as the user can paste it: relative to the working directory when under it."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)

@@ -18,6 +18,7 @@ import shlex
 import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 FULL_BLOCKS = 4  # non-passing checks shown in full (the first of each scenario first)
@@ -256,3 +257,11 @@ def render(report: dict[str, Any], width: int = 80, where: str | None = None) ->
     """The whole end-of-run screen for a report; `where` is the line naming the report's file(s)."""
     results = report.get("results", [])
     return failures(results, width) + matrix(results, width) + notes(report, width, where) + [verdict_line(report)]
+
+
+def shown_path(path: Path) -> str:
+    """A path as the user can paste it: relative to the working directory when under it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

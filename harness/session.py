@@ -7,10 +7,11 @@ scenario share one oracle run and one in-tree run per mode.
 
 from __future__ import annotations
 
-import concurrent.futures
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from harness import settings
@@ -25,9 +26,10 @@ from harness.checks.exercise import walked_paths
 from harness.checks.localize import (
     Localization,
     can_localize,
+    close_servers,
     first_divergence,
     intree_module_outputs,
-    oracle_module_outputs,
+    oracle_module_outputs_beside,
 )
 from harness.errors import (
     ArtifactError,
@@ -44,6 +46,7 @@ from harness.goldens.store import Golden, GoldenStore
 from harness.paths import REPO_ROOT
 from harness.profile import Profile, Scenario
 from harness.profile.load import find_profile
+from harness.progress import progress
 from harness.records import ScenarioRecord
 from harness.repeat import check_deterministic, forced_run_repeats_free
 from harness.runners import InTreeRunner, ModelHook
@@ -64,6 +67,7 @@ class ParitySession:
     _runners: dict[str, InTreeRunner] = field(default_factory=dict)
     _records: dict[tuple[str, str, str], ScenarioRecord] = field(default_factory=dict)
     _localizations: dict[tuple[str, str, int], Localization | None] = field(default_factory=dict)
+    _localized: dict[str, Path] = field(default_factory=dict)  # profile -> the model its diagnose server loaded
     # Per profile, the scenarios a pytest run selected (absent: all): only their goldens are made.
     selected_scenarios: dict[str, set[str]] = field(default_factory=dict)
     # Faults for `make mutants`: per (profile, scenario), spec keys the in-tree run is given in
@@ -94,6 +98,8 @@ class ParitySession:
         runner = self._runners.pop(name, None)
         if hasattr(runner, "close"):  # an implementation in its own process: told `bye`
             runner.close()
+        if name in self._localized:  # the oracle's diagnose server for its model
+            close_servers(self._localized.pop(name))
         self.lifecycle.release(name)
         for cache in (self._records, self._localizations, self._prefetched, self._intree_errors):
             for key in [k for k in cache if k[0] == name]:
@@ -183,7 +189,7 @@ class ParitySession:
                 runner = self.runner(profile)
                 with clock.phase(in_tree_phase("compiled")):
                     record = runner.run(spec, decode="compiled")
-                with clock.phase(in_tree_phase("compiled", repeat=True)):
+                with clock.phase(in_tree_phase("compiled", repeat=True)), progress.phase("the determinism repeat"):
                     repeat = runner.run(spec, decode="compiled")
                 record.validate(f"in-tree record {profile.name}/{spec['id']} (compiled decode)")
                 check_deterministic(f"{profile.name}/{scenario.id} (compiled decode)", record, repeat)
@@ -240,7 +246,8 @@ class ParitySession:
         self, profile: Profile, spec: dict[str, Any], forced: ScenarioRecord | None, repeat: bool = False
     ) -> ScenarioRecord:
         runner = self.runner(profile)
-        with clock.phase(in_tree_phase("free" if forced is None else "teacher_forced", repeat)):
+        why = progress.phase("the determinism repeat") if repeat else contextlib.nullcontext()
+        with clock.phase(in_tree_phase("free" if forced is None else "teacher_forced", repeat)), why:
             record = runner.run(spec, forced=forced)
         record.validate(f"in-tree record {profile.name}/{spec['id']} ({record.mode})")
         return record
@@ -344,10 +351,9 @@ class ParitySession:
         upto = row + 2
         short = {"n_tokens": min(spec["n_tokens"], upto)}
         forced = dataclasses.replace(golden, tokens=golden.tokens[:upto])
-        model_dir = self.artifact(profile).model_dir
-        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-            expected = pool.submit(oracle_module_outputs, oracle, model_dir, spec | short, row)
-            actual = intree_module_outputs(
-                self.runner(profile), self.intree_spec(profile, scenario) | short, forced, row
-            )
-            return first_divergence(expected.result(), actual, row)
+        model_dir = self._localized[profile.name] = self.artifact(profile).model_dir
+        expected = oracle_module_outputs_beside(oracle, model_dir, spec | short, row)
+        with progress.phase(f"localization (row {row})"):
+            mine = self.intree_spec(profile, scenario) | short
+            actual = intree_module_outputs(self.runner(profile), mine, forced, row)
+        return first_divergence(expected.result(), actual, row)

@@ -10,6 +10,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from harness.checks.localize import _SERVERS, close_servers
 from harness.session import ParitySession
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("smollm2-135m")]
@@ -31,8 +32,15 @@ def test_rmsnorm_eps_perturbation_fails_from_the_prefill() -> None:
             layer.input_layernorm.eps = layer.post_attention_layernorm.eps = 1e-6
         model.model.norm.eps = 1e-6
 
+    close_servers()
     results = judge(hook, "plain", "prefill_logits", "decode_logits", "teacher_forced_logits", "prompt_identity")
     assert results["prompt_identity"].passed  # the tokenizer was not touched: no false alarm
+    # Localized once for the scenario: decode_logits (first bad step 1) is explained by step 0,
+    # by the one diagnose server the oracle started for the model.
+    decode = results["decode_logits"].details["localization"]
+    assert decode["row"] == 0 and "localized at step 0" in results["decode_logits"].summary
+    assert [server.requests for server in _SERVERS.values()] == [1]
+    close_servers()
     for check in ("prefill_logits", "teacher_forced_logits"):
         assert not results[check].passed and results[check].first_bad_step == 0, results[check].summary
         assert "first differing step 0" in results[check].summary and "max ULP" in results[check].summary

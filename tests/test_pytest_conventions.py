@@ -63,15 +63,21 @@ def tree(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def parity(root: Path, capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, list[dict]]:
     """Run the parity verb's pytest command line; its exit code, output and report rows."""
+    code, out, _, rows = parity_streams(root, capsys, *argv)
+    return code, out, rows
+
+
+def parity_streams(root: Path, capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str, list[dict]]:
+    """`parity`, with what the run wrote on stderr too (the progress lines)."""
     parser, _ = build_parser()
     args, extra = parser.parse_known_args(["parity", *argv])
     args.extra = extra
     before = set((root / "reports").glob("*.json"))
     code = int(pytest.main(pytest_arguments(args), plugins=[_FakeSession(root)]))
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
     written = sorted(set((root / "reports").glob("*.json")) - before)
     rows = json.loads(written[-1].read_text())["results"] if written else []
-    return code, out, rows
+    return code, captured.out, captured.err, rows
 
 
 def test_collect_only_lists_node_ids_that_each_rerun_exactly_one_check(tree: Path, capsys) -> None:

@@ -14,8 +14,10 @@ If every module agrees at that call, the divergence is not in the model graph of
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import json
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -25,8 +27,9 @@ import numpy as np
 
 from harness.checks.compare import VectorDiff, diff_vectors
 from harness.oracle.descriptor import descriptor
-from harness.oracle.process import OracleProcess
+from harness.oracle.process import OracleServer
 from harness.paths import oracles_dir
+from harness.progress import progress
 from harness.records import ScenarioRecord
 
 
@@ -76,12 +79,54 @@ def can_localize(spec: dict[str, Any], oracle: str) -> bool:
 
 
 def oracle_module_outputs(oracle: str, model_dir: Path, spec: dict[str, Any], row: int) -> dict[str, np.ndarray]:
-    job = {"model_dir": str(model_dir), "scenario": spec, "row": row}
-    task = f"oracle {oracle}: module outputs of {spec['id']} row {row}"
-    with OracleProcess(oracle).run("diagnose.py", job, task=task) as out:
+    """The oracle's module outputs on `row`'s call, from its diagnose server for this model
+    (started on first use: the model is loaded once for every localization of the run)."""
+    key = (oracle, str(model_dir))
+    if key in _SERVERS and not _SERVERS[key].server.alive:
+        _SERVERS.pop(key).close()  # it died (its log said why, in the request that failed): a new one
+    if key not in _SERVERS:
+        _SERVERS[key] = DiagnoseServer(oracle, model_dir)
+    return _SERVERS[key].outputs(spec, row)
+
+
+def oracle_module_outputs_beside(oracle: str, model_dir: Path, spec: dict[str, Any], row: int) -> Future:
+    """`oracle_module_outputs` on the one diagnose thread, which lives as long as the process:
+    a server's process dies with the thread that started it (Linux's parent-death signal is
+    per thread), so it is never started from a thread that ends."""
+    return _THREAD.submit(oracle_module_outputs, oracle, model_dir, spec, row)
+
+
+def close_servers(model_dir: Path | None = None) -> None:
+    """End the diagnose servers (of one model, or all)."""
+    for key in [k for k in _SERVERS if model_dir is None or k[1] == str(model_dir)]:
+        _SERVERS.pop(key).close()
+
+
+class DiagnoseServer:
+    """`diagnose.py --serve` in the oracle's venv: one request line per localization."""
+
+    def __init__(self, oracle: str, model_dir: Path):
+        self.oracle, self.requests = oracle, 0
+        with progress.task(f"oracle {oracle}: loading the model for localization"):
+            self.server = OracleServer(oracle, "diagnose.py", {"model_dir": str(model_dir)})
+
+    def outputs(self, spec: dict[str, Any], row: int) -> dict[str, np.ndarray]:
+        self.requests += 1
+        out = self.server.work / f"request-{self.requests}"
+        out.mkdir()
+        with progress.task(f"oracle {self.oracle}: module outputs of {spec['id']} row {row}"):
+            self.server.ask({"scenario": spec, "row": row, "out": str(out)}, f"tapping {spec['id']} row {row}")
         order = json.loads((out / "modules.json").read_text())["order"]
         with np.load(out / "modules.npz") as data:
             return {name: data[name] for name in order}
+
+    def close(self) -> None:
+        self.server.close()
+
+
+_SERVERS: dict[tuple[str, str], DiagnoseServer] = {}
+_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diagnose")
+atexit.register(close_servers)
 
 
 def intree_module_outputs(runner: Any, spec: dict[str, Any], golden: ScenarioRecord, row: int) -> dict[str, np.ndarray]:

@@ -7,10 +7,10 @@ regenerates the scenario and every row must hash as the golden says (else: not r
 here, and the error says why, naming the machine that recorded it when that differs).
 
 Once per scenario, never per check. And a failure is seldom alone: after the first
-regeneration in a profile the oracle regenerates, in one more process beside the in-tree side,
-every other selected scenario of that oracle whose vectors this cache lacks, so the failures
-that follow find theirs ready (`MLX_PARITY_OVERLAP=0`, an xdist worker or a one-core machine:
-one scenario at a time, as it is needed).
+regeneration in a profile the oracle regenerates, beside the in-tree side, every other
+selected scenario of that oracle whose vectors this cache lacks, one after the other in the
+run's order, so the failures that follow find theirs ready (`MLX_PARITY_OVERLAP=0`, an xdist
+worker or a one-core machine: one scenario at a time, as it is needed).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import dataclasses
 import os
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -161,24 +162,29 @@ class FullVectors:
             return
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="oracle-full")
-        future = self._pool.submit(self._beside, profile, others)
+        futures: dict[str, Future] = {s.id: Future() for s in others}
         for s in others:
-            self.pending[(profile.name, s.id)] = future
+            self.pending[(profile.name, s.id)] = futures[s.id]
+        self._pool.submit(self._beside, profile, others, futures)
 
-    def _beside(self, profile: Profile, scenarios: list[Scenario]) -> None:
-        started = time.perf_counter()
-        try:
-            results = self.regenerate(profile, scenarios)
-        except HarnessError as e:
-            results = {s.id: e for s in scenarios}
-        finally:
-            clock.add_beside(oracle_phase(profile.planned(scenarios[0]).oracle), time.perf_counter() - started)
-        with self._lock:
-            for sid, out in results.items():
+    def _beside(self, profile: Profile, scenarios: list[Scenario], futures: dict[str, Future]) -> None:
+        """One scenario at a time, in the run's order: the next failing scenario waits at most
+        for its own regeneration, which started while the ones before it ran."""
+        for scenario in scenarios:
+            started = time.perf_counter()
+            try:
+                out = self.regenerate(profile, [scenario])[scenario.id]
+            except BaseException as e:  # noqa: BLE001 - its check regenerates it in the foreground
+                futures[scenario.id].set_exception(e)
+                continue
+            finally:
+                clock.add_beside(oracle_phase(profile.planned(scenario).oracle), time.perf_counter() - started)
+            with self._lock:
                 if isinstance(out, HarnessError):
-                    self.errors[(profile.name, sid)] = out
+                    self.errors[(profile.name, scenario.id)] = out
                 else:
-                    self.done[(profile.name, sid)] = out
+                    self.done[(profile.name, scenario.id)] = out
+            futures[scenario.id].set_result(None)
 
 
 def _full(golden: ScenarioRecord, logits, arrays, label: str) -> ScenarioRecord:

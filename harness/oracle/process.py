@@ -37,6 +37,7 @@ from harness.paths import cache_root
 from harness.progress import progress
 from harness.provenance import classify_blas, device_facts
 
+Popen = subprocess.Popen[str]
 OWNER_FILE = "owner.pid"  # the harness process a script's work directory belongs to
 TAIL_LINES = 20  # of a failed script's output, in the error
 
@@ -171,13 +172,14 @@ class OracleProcess:
                     raise OracleError(f"oracle {self.name} {script} failed (exit {code}):\n" + "\n".join(tail))
             yield work / "out"
 
-    def serve(self, script: str, job: dict[str, Any], work: Path) -> subprocess.Popen[str]:
+    def serve(self, script: str, job: dict[str, Any], work: Path, stderr: Any = subprocess.PIPE) -> Popen:
         """A long-lived worker (`--serve`: one JSON line per request on stdin, one per answer on
-        stdout) in `work`, which the caller owns and removes."""
+        stdout) in `work`, which the caller owns and removes. `stderr`: a pipe, or a file
+        (a worker that may print much to it, and is not read until it ends)."""
         (work / "job.json").write_text(json.dumps(job, indent=1))
         (work / "out").mkdir(exist_ok=True)
         cmd, env = self._command(script, work, "--serve")
-        return start_process(cmd, env, work, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+        return start_process(cmd, env, work, stdin=subprocess.PIPE, stderr=stderr)
 
     def ask(self, code: str, *args: str) -> str:
         """The stdout of `python -c code args` in the venv: a question to its interpreter
@@ -209,3 +211,62 @@ class OracleProcess:
             raise OracleVersionError(
                 f"oracle {self.name} used BLAS {classify_blas(libs)} ({libs}), the project uses {facts.blas}"
             )
+
+
+class OracleServer:
+    """A script's `--serve` worker that answers questions: `{"status": "ready"}` once started,
+    then one JSON answer line per JSON request line, `{"status": "error", "error": ...}` for a
+    request it could not answer (an OracleError here; the worker serves the next one). Its
+    stderr goes to a log in its work folder, whose tail names a worker that died."""
+
+    def __init__(self, oracle: str, script: str, job: dict[str, Any]):
+        self.oracle, self.script = oracle, script
+        self._stack = contextlib.ExitStack()
+        self.work = self._stack.enter_context(work_directory())
+        self._log = self._stack.enter_context(open(self.work / "stderr.log", "w"))
+        try:
+            self.proc = OracleProcess(oracle).serve(script, job, self.work, stderr=self._log)
+        except BaseException:
+            self._stack.close()
+            raise
+        try:
+            self._answer("starting")
+        except BaseException:
+            self.close()
+            raise
+
+    def _answer(self, what: str) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            self._log.flush()
+            tail = (self.work / "stderr.log").read_text().splitlines()[-TAIL_LINES:]
+            raise OracleError(f"oracle {self.oracle} {self.script} ended while {what}:\n" + "\n".join(tail))
+        answer = json.loads(line)
+        if answer.get("status") == "error":
+            raise OracleError(f"oracle {self.oracle} {self.script}, {what}: {answer.get('error')}")
+        return answer
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def ask(self, request: dict[str, Any], what: str) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            return self._answer(what)  # it is gone: its log's tail says why
+        return self._answer(what)
+
+    def close(self) -> None:
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        finally:
+            self._stack.close()
