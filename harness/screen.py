@@ -3,9 +3,10 @@
 Rendered from the JSON report alone (its results, context and timing), so a report kept as a
 fixture renders exactly what the run printed (tests/test_screen.py; docs/screens/). In order:
 
-1. every non-passing check: the first of each scenario as a few labelled lines (what differs,
-   where, the first diverging module, both top-5s, KL and top-1 agreement at that step, the
-   command that reruns exactly that check), the others one line each;
+1. every non-passing check: the first of each cause (its first diverging module, else its check
+   or error) as a few labelled lines (what differs, where, by how much against the logit range,
+   the first diverging module, both top-5s, KL and top-1 agreement at that step, the command
+   that reruns exactly that check), the others one line per cause, counted by check;
 2. a scenario x check matrix per model;
 3. notes: which scenario walked each declared path, what this backend does not run, what -x
    left unrun, the time to verdict, the report's path;
@@ -21,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-FULL_BLOCKS = 4  # non-passing checks shown in full (the first of each scenario first)
-SHORT_LINES = 12  # further non-passing checks, one line each; the rest are counted
+FULL_BLOCKS = 2  # non-passing checks shown in full: the first of each cause (harness/screen.py cause)
+SHORT_LINES = 10  # then one line per cause for the rest
 MARK = {"passed": "✓", "failed": "F", "error": "E"}
 
 
@@ -67,7 +68,6 @@ def _module(row: dict[str, Any]) -> str | None:
     if where.get("module") is None:
         return f"none: all {where.get('modules_compared')} module outputs agree (outside the model graph)"
     stats = [f"{where['n_differing']}/{where['n_elements']} differ"] if "n_differing" in where else []
-    stats += [f"max rel {_g(where['max_rel_diff'])}"] if "max_rel_diff" in where else []
     stats += [f"max ULP {where['max_ulp']}"] if "max_ulp" in where else []
     if where.get("row") is not None and where["row"] != row.get("first_bad_step"):
         stats.append(f"at step {where['row']}, the scenario's earliest")
@@ -100,11 +100,9 @@ def failure_block(row: dict[str, Any], width: int) -> list[Line]:
         counted = details.get("steps_differing"), details.get("steps_compared")
         steps = f" ({counted[0]}/{counted[1]} steps differ)" if all(c is not None for c in counted) else ""
         text += _labelled("differs", f"{where}{steps}: {diff['n_differing']}/{diff['n_elements']} elements", width)
-        text += _labelled(
-            "by",
-            f"max |Δ| {_g(diff['max_abs_diff'])}, max rel {_g(diff['max_rel_diff'])}, max ULP {diff['max_ulp']}",
-            width,
-        )
+        scale = diff.get("expected_range")
+        of_range = f" ({_g(diff['max_abs_diff'] / scale)} of the logit range {_g(scale)})" if scale else ""
+        text += _labelled("by", f"max |Δ| {_g(diff['max_abs_diff'])}{of_range}, max ULP {diff['max_ulp']}", width)
         text += _labelled(
             "first",
             f"index {diff['first_index']}: oracle {diff['expected_value']!r} vs in-tree {diff['actual_value']!r}",
@@ -127,43 +125,80 @@ def failure_block(row: dict[str, Any], width: int) -> list[Line]:
         text.append(f"  {'note':<8} {note}")
     if outcome == "ERROR":
         text += _labelled("trace", "a crash's traceback: add ARGS=--tb=short to the rerun", width)
-    text.append("  rerun exactly this check:")
-    text.append("    " + rerun_command(row["model"], row["scenario"], row["check"]))  # never wrapped: it is pasted
+    command = rerun_command(row["model"], row["scenario"], row["check"])  # never wrapped: it is pasted
+    fits = len(command) + 11 <= width
+    text += [f"  {'rerun':<8} {command}"] if fits else ["  rerun exactly this check:", f"    {command}"]
     return lines + [Line(t) for t in text]
 
 
-def failure_line(row: dict[str, Any], width: int) -> Line:
+def failure_line(row: dict[str, Any], width: int, one_model: bool = False) -> Line:
+    """One line: where it failed and its first diverging module (else its max ULP, else its summary)."""
     outcome = "FAIL" if row["outcome"] == "failed" else "ERROR"
-    head = f"{outcome} {row['model']}/{row['scenario']} {row['check']}: "
+    model = "" if one_model else f"{row['model']}/"
+    head = f"{outcome} {model}{row['scenario']}/{row['check']}: "
     diff, module = _vector_diff(row), (row.get("details") or {}).get("localization")
     if diff is not None and row.get("first_bad_step") is not None and not diff.get("shape_mismatch"):
-        text = f"step {row['first_bad_step']}, max ULP {diff['max_ulp']}"
-        if isinstance(module, dict):
-            text += f", module {module.get('module') or 'none'}"
+        found = module.get("module") or "no module differs" if isinstance(module, dict) else None
+        text = f"step {row['first_bad_step']}, {found or 'max ULP ' + str(diff['max_ulp'])}"
     else:
         text = _summary_text(row)
     text = head + text
-    return Line(text if len(text) <= width else text[: width - 1] + "…", "red" if outcome == "FAIL" else "yellow")
+    return Line(_cut(text, width), "red" if outcome == "FAIL" else "yellow")
+
+
+def cause(row: dict[str, Any]) -> str:
+    """What a non-passing check's failure comes down to, for grouping: its first diverging
+    module, else (not localized) its check, or an error's message."""
+    where = (row.get("details") or {}).get("localization")
+    if isinstance(where, dict):
+        return f"first diverging module {where['module']}" if where.get("module") else "no module differs"
+    if row["outcome"] == "error":
+        return f"error: {_summary_text(row)[:60]}"
+    return f"{row['check']} fails"
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def failures(results: list[dict[str, Any]], width: int) -> list[Line]:
+    """The first non-passing check of each cause in full (up to FULL_BLOCKS), then one line per
+    cause for the rest, counted by check."""
     bad = [r for r in results if r["outcome"] != "passed"]
     if not bad:
         return []
-    seen: set[tuple[str, str]] = set()
-    full = []
-    for r in bad:  # the first non-passing check of each scenario, in run order
-        if (r["model"], r["scenario"]) not in seen and len(full) < FULL_BLOCKS:
-            seen.add((r["model"], r["scenario"]))
-            full.append(r)
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in bad:  # in run order
+        groups.setdefault(cause(r), []).append(r)
+    full = [rows[0] for rows in list(groups.values())[:FULL_BLOCKS]]
     out: list[Line] = []
     for r in full:
         out += failure_block(r, width) + [Line("")]
-    rest = [r for r in bad if r not in full]
-    out += [failure_line(r, width) for r in rest[:SHORT_LINES]]
-    if len(rest) > SHORT_LINES:
-        out.append(Line(f"… and {len(rest) - SHORT_LINES} more non-passing checks: the report lists each"))
-    if rest:
+    one_model = len({r["model"] for r in results}) == 1
+    lines: list[Line] = []
+    for why, rows in groups.items():
+        rest = [r for r in rows if not any(r is f for f in full)]
+        if len(rest) == 1:
+            lines.append(failure_line(rest[0], width, one_model))
+        elif rest:
+            word = "FAIL" if all(r["outcome"] == "failed" for r in rest) else "ERROR"
+            scenarios = f"{len({(r['model'], r['scenario']) for r in rest})} scenarios"
+            counts: dict[str, int] = {}
+            for r in rest:
+                counts[r["check"]] = counts.get(r["check"], 0) + 1
+            checks = ", ".join(f"{c} x{n}" for c, n in counts.items())
+            if why.startswith("first diverging module"):
+                text = f"{word} {len(rest)} more, {why}, in {scenarios}: {checks}"
+            elif why.startswith("error: "):
+                text = f"{word} {len(rest)} more, in {scenarios}: {why[7:]} ({checks})"
+            else:
+                text = f"{word} {len(rest)} more {rest[0]['check']} ({scenarios}; not localized)"
+            style = "red" if word == "FAIL" else "yellow"
+            lines += [Line(t, style) for t in textwrap.wrap(text, width, subsequent_indent="  ")]
+    out += lines[:SHORT_LINES]
+    if len(lines) > SHORT_LINES:
+        out.append(Line(f"… and {len(lines) - SHORT_LINES} more causes: the report lists every check"))
+    if lines:
         out.append(Line(""))
     return out
 
@@ -229,7 +264,11 @@ def notes(report: dict[str, Any], width: int, where: str | None) -> list[Line]:
         for m in context.get("not_run_here", [])
     ]
     if context.get("not_run"):
-        texts.append(f"not run, the run stopped early (-x / --maxfail): {len(context['not_run'])} checks")
+        names = ["/".join(n.split("@")[0].split("::")[1:]) for n in context["not_run"]]
+        more = f", … (+{len(names) - 4}; the report lists every one)" if len(names) > 4 else ""
+        texts.append(
+            f"not run, the run stopped early (-x / --maxfail): {len(names)} checks: {', '.join(names[:4])}{more}"
+        )
     out = [Line(t) for t in texts]  # whole lines: the terminal wraps them, a search finds them
     if "timing" in report:
         out.append(Line(timing_line(report["timing"])))

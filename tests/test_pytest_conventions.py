@@ -101,7 +101,7 @@ def test_a_failure_prints_a_rerun_command_that_reruns_exactly_that_check(tree: P
     code, out, rows = parity(tree, capsys, "--model", "tiny", "-k", "logits")
     failed = [r for r in rows if r["outcome"] == "failed"]
     assert code == 1 and failed, out
-    commands = re.findall(r"^ {4}(make parity .*)$", out, re.MULTILINE)
+    commands = re.findall(r"^ {2}(?:rerun {4}| {2})(make parity .*)$", out, re.MULTILINE)
     first = failed[0]
     assert commands[0] == f"make parity MODEL=tiny SCENARIO=plain CHECK={first['check']}"
     # What make runs for it (make -n prints the recipe), run as the harness's own command line.
@@ -132,7 +132,9 @@ def test_x_stops_at_the_first_failure_and_lists_the_rest_as_not_run(tree: Path, 
     assert code == 1
     assert [r["outcome"] for r in rows if r["outcome"] != "passed"] == ["failed"], "unrun items became rows"
     report = json.loads(sorted((tree / "reports").glob("*.json"))[-1].read_text())
-    assert report["context"]["not_run"] and "the run stopped early (-x / --maxfail)" in out
+    not_run = report["context"]["not_run"]
+    assert not_run and f"the run stopped early (-x / --maxfail): {len(not_run)} checks: " in out
+    assert "/".join(not_run[0].split("::")[1:]) in out  # which ones, by name
     assert out.rstrip().splitlines()[-1].startswith("FAIL tiny: 1 failed")
 
 

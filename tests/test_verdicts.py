@@ -79,7 +79,10 @@ def test_crashes_nan_and_teardown_errors_are_error_rows_and_block_the_signoff(is
     assert summary.endswith("then teardown failed: RuntimeError: scripted RuntimeError while releasing tiny")
     assert data["verdict"] == "FAIL" and data["counts"] == {"passed": len(rows) - 5, "failed": 1, "error": 4}
     screen = out.stdout.splitlines()
-    assert sum(line.startswith("ERROR tiny/") for line in screen) == 4  # each non-passing check, once
+    shown = "\n".join(line for line in screen if line.startswith("ERROR "))
+    for key in ("plain/decode_logits", "plain/greedy_tokens", "chat/decode_logits", last):  # each error, named
+        scenario, check = key.split("/")
+        assert f"ERROR tiny/{scenario} {check} " in shown or f"ERROR {scenario}/{check}: " in shown, key
     assert screen[-1].startswith("FAIL tiny: 1 failed, 4 errors")  # the verdict, last
     report = next((isolated / "reports").glob("r*.json"))
     waivers = str(_no_waivers(isolated))

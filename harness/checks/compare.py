@@ -71,6 +71,7 @@ class VectorDiff:
     expected_top5: list[tuple[int, float]] = field(default_factory=list)
     actual_top5: list[tuple[int, float]] = field(default_factory=list)
     shape_mismatch: str | None = None
+    expected_range: float | None = None  # max - min of the oracle's finite values: the scale of |diff|
 
     def explain(self) -> str:
         if self.shape_mismatch:
@@ -137,7 +138,13 @@ def diff_vectors(expected: np.ndarray, actual: np.ndarray) -> VectorDiff:
         actual_value=float(actual[first]),
         expected_top5=top_k(expected),
         actual_top5=top_k(actual),
+        expected_range=_finite_range(e64),
     )
+
+
+def _finite_range(values: np.ndarray) -> float | None:
+    finite = values[np.isfinite(values)]
+    return float(finite.max() - finite.min()) if finite.size else None
 
 
 @dataclass
