@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessError
-from harness.tools.bench_paired import Worker, paired_rounds, ratio_stats, side_stats, spread
+from harness.tools.bench_paired import Worker, fmt, paired_rounds, quartiles, ratio_stats, side_stats, spread
 
 # A worker speaking the protocol: decode_s is its name's length times the run number.
 FAKE = textwrap.dedent(
@@ -52,6 +52,22 @@ def test_spread_quartiles() -> None:
     assert (s["best"], s["median"], s["min"], s["max"], s["iqr"]) == (5.0, 3.0, 1.0, 5.0, [2.0, 4.0])
     with pytest.raises(HarnessError, match="no values"):
         spread([])
+
+
+def test_quartiles_interpolate_between_sorted_values() -> None:
+    """25th and 75th percentile at positions 0.25 * (n - 1) and 0.75 * (n - 1) of the sorted list."""
+    # 8 values, unsorted: positions 1.75 and 5.25 of 1..8 -> 2.75 and 6.25
+    assert quartiles([8.0, 1.0, 7.0, 2.0, 6.0, 3.0, 5.0, 4.0]) == (2.75, 6.25)
+    # 15 per-round ratios (the fewest docs/benchmarks.md quotes): positions 3.5 and 10.5
+    ratios = [1.30, 0.95, 1.10, 1.02, 1.65, 1.08, 0.99, 1.21, 1.11, 1.04, 1.15, 0.97, 1.26, 1.06, 1.12]
+    q1, q3 = quartiles(ratios)
+    assert (round(q1, 10), round(q3, 10)) == (1.03, 1.18)
+    assert spread(ratios)["iqr"] == [q1, q3] and spread(ratios)["median"] == 1.10
+    assert quartiles([2.0]) == (2.0, 2.0)
+
+
+def test_fmt_shows_the_iqr() -> None:
+    assert fmt(spread([1.0, 2.0, 3.0, 4.0, 5.0]), "x") == "5.00x / 3.00x, IQR 2.00..4.00 (1.00..5.00)"
 
 
 def test_dead_worker_is_named(tmp_path: Path) -> None:

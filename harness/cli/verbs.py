@@ -129,7 +129,7 @@ def _bench(p: argparse.ArgumentParser) -> None:
 def _bench_compiled(p: argparse.ArgumentParser) -> None:
     options.model(p, default="smollm2-135m")
     options.steps(p, 32)
-    options.rounds(p, 10, "paired rounds (every side timed once per round)")
+    options.rounds(p, 15, "paired rounds (every side timed once per round)")
     p.add_argument("--variant", default="auto", help="compiled form: auto, whole, split, masked, blocks")
     p.add_argument("--no-oracle", action="store_true", help="time eager and compiled only")
     p.add_argument("--gate", action="store_true", help="run the L1 step gates with the compiled loop instead")

@@ -2,7 +2,7 @@
 
 Three sides on the same prompt ids (the profile's longest single-prompt scenario, as
 `harness.tools.bench` picks it), each in a process of its own that loads the model once and
-runs one warm-up, then `--rounds` (default 10) paired rounds: every round times every side
+runs one warm-up, then `--rounds` (default 15) paired rounds: every round times every side
 once, back to back, in an order rotated by round (harness.tools.bench_paired):
 
 - `eager`: the in-tree `greedy_steps` (gated bit-exact against mlx-lm by the goldens);
@@ -48,7 +48,7 @@ from harness.tools.bench_common import (
     write_job,
     write_result,
 )
-from harness.tools.bench_paired import Worker, fmt, ratio_stats, ready_and_paired, side_stats
+from harness.tools.bench_paired import QUOTABLE_ROUNDS, Worker, fmt, ratio_stats, ready_and_paired, side_stats
 
 # -- speed ----------------------------------------------------------------------------------------
 
@@ -113,7 +113,7 @@ def table(result: dict[str, Any]) -> str:
         f"round, each side its own process); compiled variant {c['variant']} ({exact}{tokens}; "
         f"warm-up run incl. tracing {c['warmup_run_s']:.2f} s)",
         "",
-        "| tok/s: best / median (min..max) | "
+        "| tok/s: best / median, IQR (min..max) | "
         + " | ".join(n for n in ("eager", "compiled", "mlx_lm") if n in s)
         + " |",
         "|---|" + "---:|" * sum(n in s for n in ("eager", "compiled", "mlx_lm")),
@@ -121,9 +121,11 @@ def table(result: dict[str, Any]) -> str:
     for key, label in (("decode_tok_s", "decode"), ("prefill_tok_s", "prefill")):
         cells = [fmt(s[n][key]) for n in names]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    lines += ["", "| per-round ratio: best / median (min..max) | decode | prefill |", "|---|---:|---:|"]
+    lines += ["", "| per-round ratio: best / median, IQR (min..max) | decode | prefill |", "|---|---:|---:|"]
     for pair, r in s["ratios"].items():
         lines.append(f"| {pair} | {fmt(r['decode_tok_s'], 'x')} | {fmt(r['prefill_tok_s'], 'x')} |")
+    if result["repeats"] < QUOTABLE_ROUNDS:
+        lines += ["", f"{result['repeats']} rounds: fewer than {QUOTABLE_ROUNDS}, too few to quote a ratio"]
     lines += ["", machine_line(m)]
     return "\n".join(lines)
 

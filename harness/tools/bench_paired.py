@@ -126,18 +126,30 @@ def ready_and_paired(
     return ready, runs
 
 
+# A ratio quoted in docs/benchmarks.md comes from at least this many paired rounds, with its IQR.
+QUOTABLE_ROUNDS = 15
+
+
+def quartiles(values: list[float]) -> tuple[float, float]:
+    """The 25th and 75th percentiles of `values`, interpolated between the sorted values
+    (position p * (n - 1), numpy's default "linear"; statistics' "inclusive" method)."""
+    if len(values) == 1:
+        return values[0], values[0]
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q3
+
+
 def spread(values: list[float], lower_is_better: bool = False) -> dict[str, Any]:
     """best-of (the highest, or the lowest for times), median, min, max and interquartile range
-    of per-round figures."""
+    (`iqr`: [25th, 75th percentile]) of per-round figures."""
     if not values:
         raise HarnessError("spread: no values")
-    quartiles = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else [values[0]] * 3
     return {
         "best": min(values) if lower_is_better else max(values),
         "median": statistics.median(values),
         "min": min(values),
         "max": max(values),
-        "iqr": [quartiles[0], quartiles[2]],
+        "iqr": list(quartiles(values)),
         "values": values,
     }
 
@@ -160,5 +172,6 @@ def ratio_stats(numerator: dict[str, Any], denominator: dict[str, Any]) -> dict[
 
 
 def fmt(s: dict[str, Any], unit: str = "") -> str:
-    """`best / median (min..max)` of one spread, for the tables."""
-    return f"{s['best']:.2f}{unit} / {s['median']:.2f}{unit} ({s['min']:.2f}..{s['max']:.2f})"
+    """`best / median, IQR q1..q3 (min..max)` of one spread, for the tables."""
+    q1, q3 = s["iqr"]
+    return f"{s['best']:.2f}{unit} / {s['median']:.2f}{unit}, IQR {q1:.2f}..{q3:.2f} ({s['min']:.2f}..{s['max']:.2f})"
