@@ -65,6 +65,19 @@ def test_compare_steps_names_the_first_bad_step() -> None:
     assert compare_steps("decode_logits", record(g), record(g.copy()), range(1, 6)).passed
 
 
+def test_each_step_carries_the_oracle_rows_logit_range() -> None:
+    """The sign-off plots max |diff| relative to it: max - min of the oracle's finite values."""
+    g = np.random.default_rng(2).standard_normal((4, 30)).astype(np.float32)
+    g[2, 7] = -np.inf  # a masked logit does not make the range infinite
+    a = g.copy()
+    a[1, 3] += 0.5
+    result = compare_steps("decode_logits", record(g), record(a), range(4))
+    ranges = [s["logit_range"] for s in result.per_step]
+    finite = [row[np.isfinite(row)] for row in g.astype(np.float64)]
+    assert ranges == [float(f.max() - f.min()) for f in finite]
+    assert all(np.isfinite(ranges)) and result.per_step[1]["max_abs_diff"] / ranges[1] < 1
+
+
 def test_compare_tokens_reports_divergence_and_margin() -> None:
     g = np.zeros((4, 3), np.float32)
     g[:, 1] = 2.0

@@ -104,6 +104,13 @@ def agreement(expected: np.ndarray, actual: np.ndarray, diff: VectorDiff) -> dic
     return {"kl": max(kl, 0.0), "top1": bool(np.argmax(e) == np.argmax(a))}
 
 
+def logit_range(row: np.ndarray) -> float | None:
+    """max - min of a row's finite values (the oracle's): the scale a logit difference is read
+    against (the sign-off plots max |diff| relative to it); None when no value is finite."""
+    finite = row[np.isfinite(row)]
+    return float(np.float64(finite.max()) - np.float64(finite.min())) if finite.size else None
+
+
 def fmt_top(top: list[tuple[int, float]]) -> str:
     return "[" + ", ".join(f"{i}:{v:.5g}" for i, v in top) + "]"
 
@@ -158,7 +165,8 @@ class CheckResult:
     steps_compared: int = 0
     steps_differing: int = 0
     details: dict[str, Any] = field(default_factory=dict)
-    per_step: list[dict[str, Any]] = field(default_factory=list)  # max |diff| and ULP per step
+    # Per step: max |diff|, max ULP, elements differing, the oracle row's logit range, KL, top-1.
+    per_step: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -179,6 +187,7 @@ def compare_steps(check: str, golden: ScenarioRecord, actual: ScenarioRecord, st
         diff = diff_vectors(golden.logits[step], actual.logits[step])
         per_step.append(
             {"step": step, "max_abs_diff": diff.max_abs_diff, "max_ulp": diff.max_ulp, "n_differing": diff.n_differing}
+            | {"logit_range": logit_range(golden.logits[step])}
             | agreement(golden.logits[step], actual.logits[step], diff)
         )
         if not diff.equal and not diff.shape_mismatch:
