@@ -7,7 +7,6 @@ model with a certificate and no report on this device says so, never a pass."""
 
 from __future__ import annotations
 
-import html
 import json
 from pathlib import Path
 from typing import Any
@@ -41,25 +40,22 @@ def _figures(doc: dict[str, Any]) -> str:
     return "; ".join(parts + doc.get("problems", []))
 
 
-def render_html(docs: list[dict[str, Any]], expected: list[str]) -> str:
-    """`expected`: the signed-off models whose profile names a certificate."""
-    intro = (
-        '<div class="sub">The converted weights (the mlx oracle on them) against the original file run by its '
-        "own runtime, from the newest <code>python -m harness certify</code> report on this device.</div>"
-    )
-    rows = ""
-    for doc in docs:
-        cls = "" if doc["verdict"] == "PASS" else "FAIL"
-        rows += (
-            f'<tr class="{cls}"><td>{html.escape(doc["profile"])}</td><td>{html.escape(doc["runtime"])}</td>'
-            f"<td>{html.escape(doc['verdict'])}</td><td>{html.escape(_figures(doc))}</td>"
-            f"<td>{html.escape(doc['generated'])}</td></tr>"
-        )
+def table_rows(docs: list[dict[str, Any]], expected: list[str]) -> list[dict[str, str]]:
+    """The section's rows (templates/certificates.html.j2): one per certificate read, then one
+    per model in `expected` (the signed-off models whose profile names a certificate) without
+    one on this device, which the page shows in red, never as a pass."""
+    rows = [
+        {
+            "model": doc["profile"],
+            "runtime": doc["runtime"],
+            "verdict": doc["verdict"],
+            "figures": _figures(doc),
+            "measured": doc["generated"],
+        }
+        for doc in docs
+    ]
     for model in sorted(set(expected) - {d["profile"] for d in docs}):
-        missing = "<td>not certified on this device</td><td></td><td></td>"
-        rows += f'<tr class="FAIL"><td>{html.escape(model)}</td><td></td>{missing}</tr>'
-    title = f'<section id="certificates"><h2>Conversion certificates</h2>{intro}'
-    if not rows:
-        return f'{title}<p class="empty">none asked</p></section>'
-    head = "".join(f"<th>{h}</th>" for h in ("model", "runtime", "verdict", "figures", "measured"))
-    return f"{title}<table><tr>{head}</tr>{rows}</table></section>"
+        rows.append(
+            {"model": model, "runtime": "", "verdict": "not certified on this device", "figures": "", "measured": ""}
+        )
+    return rows

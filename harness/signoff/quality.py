@@ -9,7 +9,6 @@ is shown as the parity failure it is (that report's own exit code said so when i
 
 from __future__ import annotations
 
-import html
 import json
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,8 @@ def latest_quality_reports(out: Path, device_key: str, models: list[str]) -> lis
     return [found[m][1] for m in models if m in found]
 
 
-def _rows(doc: dict[str, Any]) -> list[dict[str, str]]:
+def table_rows(doc: dict[str, Any]) -> list[dict[str, str]]:
+    """One row per pair of a quality report: the page's section (templates/quality.html.j2) and summary.md."""
     rows = []
     for p in doc.get("pairs", []):
         s, kl = p["summary"], p["summary"]["kl"]
@@ -55,48 +55,6 @@ def _rows(doc: dict[str, Any]) -> list[dict[str, str]]:
     return rows
 
 
-def render_html(docs: list[dict[str, Any]]) -> str:
-    intro = (
-        '<div class="sub">Read from the newest <code>python -m harness quality</code> report of each model on '
-        "this device; not measured by the sign-off, and not part of the verdict. A pair states thresholds "
-        "to get a quality line.</div>"
-    )
-    if not docs:
-        return (
-            f'<section id="quality"><h2>Quality (not part of the verdict)</h2>{intro}'
-            '<p class="empty">no quality report of a signed-off model on this device</p></section>'
-        )
-    head = "".join(
-        f"<th>{h}</th>"
-        for h in ("model", "pair", "candidate", "ran", "figures", "in-tree cross-check", "quality", "measured")
-    )
-    body = ""
-    for doc in docs:
-        for r in _rows(doc):
-            cross = r["cross_check"] if r["cross_check"] != "differs" else "differs (a parity failure)"
-            body += (
-                "<tr>"
-                + "".join(
-                    f"<td>{html.escape(v)}</td>"
-                    for v in (
-                        r["model"],
-                        r["pair"],
-                        r["candidate"],
-                        r["ran"],
-                        r["figures"],
-                        cross,
-                        r["quality"],
-                        r["generated"],
-                    )
-                )
-                + "</tr>"
-            )
-    return (
-        f'<section id="quality"><h2>Quality (not part of the verdict)</h2>{intro}'
-        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></section>"
-    )
-
-
 def render_markdown(docs: list[dict[str, Any]]) -> list[str]:
     lines = ["## Quality (not part of the verdict)", ""]
     if not docs:
@@ -108,7 +66,7 @@ def render_markdown(docs: list[dict[str, Any]]) -> list[str]:
         "|---|---|---|---|---|---|---|---|",
     ]
     for doc in docs:
-        for r in _rows(doc):
+        for r in table_rows(doc):
             lines.append(
                 f"| {r['model']} | {r['pair']} | {r['candidate']} | {r['ran']} | {r['figures']} | "
                 f"{r['cross_check']} | {r['quality']} | {r['generated']} |"

@@ -1,0 +1,142 @@
+"""The sign-off page's parts (issue 34 part 5): templates.
+
+Reports here are made by the harness's own code, never typed: per-step entries by
+`compare_steps` on logits rows (one row perturbed where a test wants a difference), the
+localization by `Localization.as_dict()` appended to the summary as the session does
+(harness/session.py `_judge`). Fast: no model is loaded.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from pathlib import Path
+
+import jinja2
+import numpy as np
+import pytest
+
+from harness.checks.compare import compare_steps, diff_vectors
+from harness.checks.localize import Localization
+from harness.records import ScenarioRecord
+from harness.report import ItemResult, build_report
+from harness.signoff.cli import sign_off
+from harness.signoff.model import ParityReport
+from harness.signoff.page import environment
+from harness.signoff.waivers import Waiver
+
+TODAY = dt.date(2026, 6, 1)
+MODULE = "model.layers.7.mlp"
+ROWS = 12
+
+
+def _record(logits: np.ndarray) -> ScenarioRecord:
+    tokens = [int(np.argmax(r)) for r in logits]
+    return ScenarioRecord("s", "p", [1, 2], tokens, logits.astype(np.float32), [0])
+
+
+def _logits(seed: int = 0) -> np.ndarray:
+    return (np.random.default_rng(seed).standard_normal((ROWS, 256)) * 4).astype(np.float32)
+
+
+def _perturbed(golden: np.ndarray, bad: dict[int, float], flip: int | None = None) -> np.ndarray:
+    """`golden` with step s nudged by a relative `bad[s]`, and step `flip`'s runner-up made top-1."""
+    out = golden.copy()
+    rng = np.random.default_rng(1)
+    for step, scale in bad.items():
+        out[step] += (rng.standard_normal(out.shape[1]) * scale * np.abs(out[step])).astype(np.float32)
+    if flip is not None:
+        out[flip, int(np.argsort(golden[flip])[-2])] = golden[flip].max() + 0.5
+    return out
+
+
+def _item(
+    check: str,
+    golden: np.ndarray,
+    actual: np.ndarray,
+    rows,
+    scenario: str = "plain",
+    localize: bool = True,
+) -> ItemResult:
+    """A logits check's report row as the session writes it, localized at its first bad step."""
+    r = compare_steps(check, _record(golden), _record(actual), rows)
+    if not r.passed and localize:
+        step = r.first_bad_step
+        where = Localization(step, MODULE, diff_vectors(golden[step], actual[step]), modules_compared=97)
+        r.summary += f"; {where.explain()}"
+        r.details["localization"] = where.as_dict()
+    return ItemResult(
+        model="m",
+        scenario=scenario,
+        check=check,
+        tier="L1",
+        oracle="mlx-lm",
+        outcome="passed" if r.passed else "failed",
+        summary=r.summary,
+        first_bad_step=r.first_bad_step,
+        details=r.details | {"per_step": r.per_step},
+    )
+
+
+def _report(items: list[ItemResult]) -> ParityReport:
+    context = {"device": {"key": "cpu-test-device"}, "harness_commit": "abc", "provenance": {}}
+    data = json.loads(json.dumps(build_report(items, context, dt.datetime.now(dt.UTC))))  # as read back
+    return ParityReport.from_dict(data, "test report")
+
+
+def _failing(flip: int | None = 6) -> list[ItemResult]:
+    g = _logits()
+    a = _perturbed(g, {s: 1e-6 * (s - 2) for s in range(3, ROWS)}, flip=flip)
+    return [
+        _item("prefill_logits", g, a, [0]),
+        _item("decode_logits", g, a, range(1, ROWS)),
+        _item("teacher_forced_logits", g, a, range(ROWS)),
+        _item("decode_logits", g, g.copy(), range(1, ROWS), scenario="chat"),
+    ]
+
+
+def _section(page: str, section: str) -> str:
+    match = re.search(rf'<section id="{section}"[^>]*>(.*?)</section>', page, re.S)
+    assert match, f"no section {section}"
+    return match.group(1)
+
+
+def _render(tmp_path: Path, items: list[ItemResult], waivers: list[Waiver] | None = None) -> tuple[str, Path]:
+    directory, _ = sign_off(_report(items), waivers or [], out=tmp_path, today=TODAY)
+    return (directory / "index.html").read_text(), directory
+
+
+# -- templates ----------------------------------------------------------------------------------
+
+
+def test_the_templates_autoescape_report_text(tmp_path: Path) -> None:
+    hostile = "<script>alert(1)</script>"
+    items = _failing()
+    items[1].summary = f"{hostile} & more"
+    waiver = Waiver(check="m/plain/teacher_forced_logits", reason=f"because {hostile}", owner='o"wner', expires=TODAY)
+    page, _ = _render(tmp_path, items, [waiver])
+    assert page.count("<script") == 1  # the page's own filter script, nothing from the report
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in _section(page, "problems")
+    assert "because &lt;script&gt;alert(1)&lt;/script&gt;" in _section(page, "waivers")
+    assert "o&#34;wner" in _section(page, "waivers")
+
+
+def test_the_environment_escapes_and_refuses_undefined_names() -> None:
+    env = environment()
+    assert env.from_string("{{ x }}").render(x="<b>") == "&lt;b&gt;"
+    with pytest.raises(jinja2.UndefinedError):
+        env.from_string("{{ not_given }}").render()
+
+
+def test_the_page_has_every_section_and_stays_self_contained(tmp_path: Path) -> None:
+    page, _ = _render(tmp_path, _failing())
+    for section in ("matrix", "blocking", "diff", "waivers", "problems", "plots", "quality", "certificates"):
+        _section(page, section)
+    for section in ("timings", "provenance"):
+        _section(page, section)
+    for needle in ('id="verdict"', 'id="verdict-matrix"', 'id="only-problems"', "<footer"):
+        assert needle in page
+    assert page.count("<head>") == 1 and "<link" not in page and "url(" not in page
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", page)
+    assert len(re.findall(r'<img alt="[^"]+" src="data:image/png;base64,', page)) == 2  # plain, chat
