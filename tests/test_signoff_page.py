@@ -1,4 +1,4 @@
-"""The sign-off page's parts (issue 34 part 5): templates.
+"""The sign-off page's parts (issue 34 part 5): templates, Blocking headlines.
 
 Reports here are made by the harness's own code, never typed: per-step entries by
 `compare_steps` on logits rows (one row perturbed where a test wants a difference), the
@@ -22,6 +22,7 @@ from harness.checks.localize import Localization
 from harness.records import ScenarioRecord
 from harness.report import ItemResult, build_report
 from harness.signoff.cli import sign_off
+from harness.signoff.headline import CLIP, headline
 from harness.signoff.model import ParityReport
 from harness.signoff.page import environment
 from harness.signoff.waivers import Waiver
@@ -105,6 +106,41 @@ def _section(page: str, section: str) -> str:
 def _render(tmp_path: Path, items: list[ItemResult], waivers: list[Waiver] | None = None) -> tuple[str, Path]:
     directory, _ = sign_off(_report(items), waivers or [], out=tmp_path, today=TODAY)
     return (directory / "index.html").read_text(), directory
+
+
+# -- Blocking: the module is never cut off ----------------------------------------------------
+
+
+def test_a_blocking_entry_names_the_first_diverging_module(tmp_path: Path) -> None:
+    items = _failing()
+    decode = items[1]
+    assert decode.outcome == "failed" and decode.details["localization"]["module"] == MODULE
+    # The summary is long, the module at its end: a list that clips the reason loses it.
+    assert decode.summary.index(MODULE) > CLIP
+    page, directory = _render(tmp_path, items)
+    entries = re.findall(r"<li[^>]*><b>check (m/plain/\w+)</b> — <span>(.*?)</span></li>", _section(page, "blocking"))
+    assert [cid for cid, _ in entries] == ["m/plain/decode_logits", "m/plain/teacher_forced_logits"]
+    step, ulp = decode.first_bad_step, decode.details["first_step_diff"]["max_ulp"]
+    for _, text in entries:
+        assert text.startswith(f"FAIL: step {step}, max ULP {ulp}, KL ") and "top-1 agrees" in text
+        assert text.endswith(f"— first diverging module {MODULE}")
+    summary = (directory / "summary.md").read_text()
+    assert f"- **check `m/plain/decode_logits`**: {entries[0][1]}" in summary
+    junit = (directory / "junit.xml").read_text()
+    assert f'message="{entries[0][1][len("FAIL: ") :]}"' in junit
+
+
+def test_headlines_without_a_vector_difference_or_a_module() -> None:
+    g = _logits()
+    outside = _item("decode_logits", g, _perturbed(g, {4: 1e-5}), range(1, ROWS), localize=False)
+    outside.details["localization"] = Localization(4, None, None, modules_compared=97).as_dict()
+    assert headline(outside).endswith("— all 97 module outputs agree (outside the model graph)")
+    later = _item("decode_logits", g, _perturbed(g, {6: 1e-5}), range(1, ROWS))
+    later.details["localization"]["row"] = 2  # the scenario's earliest localization, reused
+    assert headline(later).endswith(f"{MODULE} (localized at step 2, the scenario's earliest)")
+    crash = ItemResult("m", "s", "greedy_tokens", "L1", "mlx-lm", "error", "x" * 400 + "; first diverging module: y")
+    assert headline(crash) == "x" * (CLIP - 1) + "… — first diverging module: y"
+    assert len(headline(ItemResult("m", "s", "eos_stop", "L1", "mlx-lm", "failed", "no EOS"))) == len("no EOS")
 
 
 # -- templates ----------------------------------------------------------------------------------

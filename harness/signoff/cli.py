@@ -65,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
     s = doc.signoff
     print(f"sign-off: {s.verdict} ({', '.join(f'{k} {n}' for k, n in s.counts.items())})")
     for b in s.blockers[:20]:
-        print(f"  blocking {b.kind} {b.subject}: {b.reason[:200]}")
+        print(f"  blocking {b.kind} {b.subject}: {b.headline}")
     if len(s.blockers) > 20:
         print(f"  ... and {len(s.blockers) - 20} more (see summary.md)")
     if s.not_run:

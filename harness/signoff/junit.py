@@ -64,9 +64,10 @@ def render_junit(doc: SignoffReport) -> bytes:
 
 def _testcase(suite: ET.Element, c: CheckStatus) -> None:
     case = ET.SubElement(suite, "testcase", classname=f"{c.model}.{c.scenario}", name=c.check, time=f"{c.seconds:.3f}")
+    # The message is the one-line headline (module included); the element's text the summary in full.
     if c.status == "FAIL":
-        ET.SubElement(case, "failure", message=c.summary[:500], type="ParityFailure").text = c.summary
+        ET.SubElement(case, "failure", message=c.headline, type="ParityFailure").text = c.summary
     elif c.status == "ERROR":
-        ET.SubElement(case, "error", message=c.summary[:500], type="HarnessError").text = c.summary
+        ET.SubElement(case, "error", message=c.headline, type="HarnessError").text = c.summary
     elif c.status == "WAIVED":
         ET.SubElement(case, "skipped", message=f"WAIVED by {c.waiver}: {c.summary}"[:500])

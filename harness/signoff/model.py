@@ -116,13 +116,15 @@ class CheckStatus:
     peak_rss_mb: float
     first_bad_step: int | None = None
     waiver: str | None = None  # the pattern that waived it
+    headline: str = ""  # a non-passing check in one line, module included (harness/signoff/headline.py)
 
 
 @dataclass(frozen=True)
 class Blocker:
     kind: str  # check | waiver | model | run
     subject: str
-    reason: str
+    reason: str  # in full
+    headline: str = ""  # what the Blocking lists show: the reason in one line, never cut before the module
 
 
 @dataclass(frozen=True)

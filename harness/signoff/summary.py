@@ -44,7 +44,7 @@ def render_summary(doc: SignoffReport) -> str:
     lines.append("")
     if s.blockers:
         lines += [f"## Blocking ({len(s.blockers)})", ""]
-        lines += [f"- **{b.kind} `{b.subject}`**: {_cell(b.reason)}" for b in s.blockers]
+        lines += [f"- **{b.kind} `{b.subject}`**: {_cell(b.headline)}" for b in s.blockers]
         lines.append("")
     if s.not_run:
         lines += [

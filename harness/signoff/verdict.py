@@ -18,8 +18,10 @@ The rules, in one place:
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 
 from harness.signoff.diff import diff_reports
+from harness.signoff.headline import headline
 from harness.signoff.model import (
     BLOCKED,
     INCOMPLETE,
@@ -69,6 +71,7 @@ def evaluate(
                 peak_rss_mb=r.peak_rss_mb,
                 first_bad_step=r.first_bad_step,
                 waiver=waiver,
+                headline="" if status == "PASS" else headline(r),
             )
         )
     uses = [
@@ -115,7 +118,11 @@ def _blockers(
     exit_code: int | None,
     runs: dict[str, int] | None = None,
 ) -> list[Blocker]:
-    blockers = [Blocker("check", c.id, f"{c.status}: {c.summary}") for c in checks if c.status in ("FAIL", "ERROR")]
+    blockers = [
+        Blocker("check", c.id, f"{c.status}: {c.summary}", f"{c.status}: {c.headline}")
+        for c in checks
+        if c.status in ("FAIL", "ERROR")
+    ]
     for w in waivers:
         if w.state == "expired":
             matched = f"; it matches {len(w.matched)} check(s) of this run" if w.matched else ""
@@ -141,4 +148,5 @@ def _blockers(
         blockers.append(Blocker("run", "parity", f"the parity run exited with code {exit_code}"))
     elif exit_code == 1 and all(c.outcome == "passed" for c in checks):
         blockers.append(Blocker("run", "parity", "the parity run failed (exit code 1) although every check passed"))
-    return blockers
+    # Every other kind's reason is one short line already: it is its own headline.
+    return [b if b.headline else replace(b, headline=b.reason) for b in blockers]
