@@ -30,17 +30,22 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
 from harness import HARNESS_VERSION
 from harness.checks import registry
+from harness.checks.compare import compare_steps, diff_vectors
+from harness.checks.localize import Localization
 from harness.errors import HarnessError
 from harness.paths import REPO_ROOT
 from harness.profile.load import load_profile
+from harness.records import ScenarioRecord
 from harness.report import ItemResult, build_report, merge_reports
 from harness.signoff.cli import sign_off
 from harness.signoff.model import BLOCKED, INCOMPLETE, SIGNED_OFF, ParityReport
+from harness.signoff.plots import scenario_plots
 from harness.signoff.waivers import Waiver, WaiverError, load_waivers, parse_waivers
 from harness.signoff.writer import SIGNOFF_FILES
 
@@ -124,21 +129,45 @@ def _render(report: ParityReport | dict, out: Path, waivers: list[Waiver] | None
 
 
 def _failing_variant(real: RealSignoff) -> dict:
-    """The real report with decode_logits failing (3 steps differ) and greedy_tokens erroring."""
+    """The real report with decode_logits failing (steps 5, 9 and 20 differ, 9's top-1 token too,
+    localized to a module) and greedy_tokens erroring.
+
+    decode_logits' row is what the harness writes for such a run: `compare_steps` on logits rows
+    at the real row's steps (random rows, three of them perturbed), the localization appended as
+    the session appends it."""
     data = copy.deepcopy(real.report.raw)
     data.pop("signoff")
     for r in data["results"]:
         if r["check"] == "decode_logits":
-            r["outcome"], r["first_bad_step"] = "failed", 5
-            r["summary"] = "first differing step 5 (3/32 steps differ): 2/130560 elements differ; max ULP 17"
-            for step in r["details"]["per_step"]:
-                if step["step"] in (5, 9, 20):
-                    step.update(max_abs_diff=2.5e-05, max_ulp=17, n_differing=2)
-            r["details"]["ulp_histogram"]["16-31"] = 6
+            r.update(_differing_decode_row([s["step"] for s in r["details"]["per_step"]]))
         if r["check"] == "greedy_tokens":
             r["outcome"], r["summary"] = "error", "golden unreadable <b>&</b>"
     data["context"]["harness_commit"] = "0000000"
     return data
+
+
+FAILING_MODULE = "model.layers.1.mlp"
+
+
+def _differing_decode_row(steps: list[int]) -> dict:
+    golden = np.random.default_rng(5).standard_normal((max(steps) + 1, 64)).astype(np.float32) * 4
+    actual = golden.copy()
+    for step, scale in ((5, 1e-6), (9, 1e-4), (20, 1e-5)):
+        actual[step] *= np.float32(1 + scale)
+    actual[9, int(np.argsort(golden[9])[-2])] = golden[9].max() + 1
+
+    def record(logits: np.ndarray) -> ScenarioRecord:
+        return ScenarioRecord("think-on", None, [1], [int(np.argmax(x)) for x in logits], logits, [0])
+
+    result = compare_steps("decode_logits", record(golden), record(actual), steps)
+    where = Localization(5, FAILING_MODULE, diff_vectors(golden[5], actual[5]), modules_compared=23)
+    assert not result.passed and result.first_bad_step == 5, result.summary
+    return {
+        "outcome": "failed",
+        "first_bad_step": 5,
+        "summary": f"{result.summary}; {where.explain()}",
+        "details": result.details | {"per_step": result.per_step, "localization": where.as_dict()},
+    }
 
 
 # -- the real sign-off ---------------------------------------------------------------------
@@ -189,12 +218,25 @@ def test_the_real_run_is_incomplete_against_the_whole_profile(real: RealSignoff,
     assert f"## Not run ({len(every) - len(ran)} of {len(every)} checks of the requested profiles)" in summary
 
 
-def test_page_is_self_contained(real: RealSignoff) -> None:
-    page = (real.directory / "index.html").read_text()
-    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", page)
-    assert "<link" not in page and "@import" not in page and "url(" not in page
-    assert not re.search(r"<script[^>]+src", page)
-    assert len(re.findall(r'src="data:image/png;base64,', page)) == 1  # think-on's plot
+@pytest.mark.usefixtures("think_on")
+def test_page_is_self_contained(real: RealSignoff, tmp_path: Path) -> None:
+    failing = _render(_failing_variant(real), tmp_path) / "index.html"
+    for path, plots in ((real.directory / "index.html", 0), (failing, 1)):
+        page = path.read_text()
+        assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", page)
+        assert "<link" not in page and "@import" not in page and "url(" not in page
+        assert not re.search(r"<script[^>]+src", page)
+        # think-on passing: bit-identical, no plot; failing: decode_logits differs, one figure.
+        assert len(re.findall(r'src="data:image/png;base64,', page)) == plots
+    assert "1 scenario bit-identical: no plot" in (real.directory / "index.html").read_text()
+    blocking = re.search(r'<section id="blocking".*?</section>', failing.read_text(), re.S).group(0)
+    assert "check minicpm5-2b-mini/think-on/decode_logits</b> — <span>FAIL: step 5, max ULP" in blocking
+    assert f"first diverging module {FAILING_MODULE}</span>" in blocking
+    # The figure's series: the checks with per-step figures (a row decided by its digest has none).
+    results = ParityReport.load(failing.parent / "report.json").results
+    (figure,) = scenario_plots(results).figures
+    drawn = {r.check for r in results if any("kl" in s for s in r.details.get("per_step", []))}
+    assert "decode_logits" in figure.legend and figure.legend == [c for c in _L1 if c in drawn]
 
 
 @pytest.mark.usefixtures("think_on")
@@ -350,7 +392,7 @@ def test_page_loads_in_headless_chromium_without_errors_and_shows_the_matrix(rea
     errors, probe, console = _probe(real.directory / "index.html", tmp_path)
     assert errors == [] and console == []
     assert probe["rows"] == 1 and probe["cells"] == ["PASS"] * len(_L1)
-    assert probe["images"] == 1 and probe["broken"] == 0
+    assert probe["images"] == 0 and probe["broken"] == 0  # bit-identical: no plot
     assert probe["rowsWhenFiltered"] == 0  # every row passes: the filter hides them all
     assert "SIGNED OFF" in probe["verdict"]
 
@@ -361,7 +403,7 @@ def test_page_loads_in_headless_chromium_without_errors_and_shows_the_matrix(rea
     # The first screen shows the verdict banner and the matrix: green banner, green PASS cells.
     assert colors[(0x1A, 0x7F, 0x37)] > 30_000  # the SIGNED OFF banner (#1a7f37), ~1200 x 50 px
     assert colors[(0xDA, 0xFB, 0xE1)] > 3_000  # six PASS cells' background (#dafbe1)
-    assert len(colors) > 100  # text, plot and tables: not a blank or single-colour page
+    assert len(colors) > 100  # text and tables: not a blank or single-colour page
 
 
 @pytest.mark.usefixtures("think_on")
@@ -374,6 +416,7 @@ def test_blocked_page_in_headless_chromium(real: RealSignoff, tmp_path: Path) ->
     expected = {"decode_logits": "WAIVED", "greedy_tokens": "ERROR"}  # what _failing_variant and the waiver did
     assert probe["cells"] == [expected.get(c, "PASS") for c in _L1]
     assert probe["rowsWhenFiltered"] == 1 and "BLOCKED" in probe["verdict"]
+    assert probe["images"] == 1 and probe["broken"] == 0  # decode_logits differs: its figure decodes
     assert "golden unreadable &lt;b&gt;&amp;&lt;/b&gt;" in (directory / "index.html").read_text()  # escaped
     shot = tmp_path / "blocked.png"
     assert _browse(directory / "index.html", f"--screenshot={shot}", "--window-size=1400,1000").returncode == 0

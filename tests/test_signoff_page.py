@@ -1,4 +1,4 @@
-"""The sign-off page's parts (issue 34 part 5): templates, Blocking headlines.
+"""The sign-off page's parts (issue 34 part 5): templates, Blocking headlines, plots.
 
 Reports here are made by the harness's own code, never typed: per-step entries by
 `compare_steps` on logits rows (one row perturbed where a test wants a difference), the
@@ -9,6 +9,7 @@ localization by `Localization.as_dict()` appended to the summary as the session 
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import re
 from pathlib import Path
@@ -25,6 +26,7 @@ from harness.signoff.cli import sign_off
 from harness.signoff.headline import CLIP, headline
 from harness.signoff.model import ParityReport
 from harness.signoff.page import environment
+from harness.signoff.plots import _STYLES, scenario_plots
 from harness.signoff.waivers import Waiver
 
 TODAY = dt.date(2026, 6, 1)
@@ -143,6 +145,79 @@ def test_headlines_without_a_vector_difference_or_a_module() -> None:
     assert len(headline(ItemResult("m", "s", "eos_stop", "L1", "mlx-lm", "failed", "no EOS"))) == len("no EOS")
 
 
+# -- plots --------------------------------------------------------------------------------------
+
+
+def test_a_passing_report_has_no_flat_panels(tmp_path: Path) -> None:
+    g = _logits()
+    items = [_item("decode_logits", g, g.copy(), [1, 2], scenario=s) for s in ("a", "b")]
+    items.append(_item("teacher_forced_logits", g, g.copy(), range(ROWS), scenario="c"))
+    plots = scenario_plots(items)
+    assert plots.figures == [] and plots.identical == ["m/a", "m/b", "m/c"]
+    page, _ = _render(tmp_path, items)
+    plots_html = _section(page, "plots")
+    assert "<img" not in page and "3 scenarios bit-identical: no plot" in plots_html
+
+
+def test_a_differing_scenario_plots_kl_top1_and_relative_difference() -> None:
+    from PIL import Image
+
+    items = _failing(flip=6)
+    plots = scenario_plots(items)
+    assert plots.identical == ["m/chat"] and [(f.model, f.scenario) for f in plots.figures] == [("m", "plain")]
+    (figure,) = plots.figures
+    assert figure.panels == [
+        "KL(p_oracle ‖ p_in-tree) per step",
+        "top-1 per step",
+        "max |Δ| / oracle logit range per step",
+        "ULP distance histogram (elements)",
+    ]
+    assert figure.notes == [] and figure.legend == ["prefill_logits", "decode_logits", "teacher_forced_logits"]
+    with Image.open(io.BytesIO(figure.png)) as image:
+        assert image.size[0] > 4 * 250 and image.size[1] > 200  # four panels side by side
+        assert len(image.convert("RGB").getcolors(maxcolors=1 << 20)) > 50  # drawn, not blank
+    # Every step entry carries what the panels read (harness/checks/compare.py).
+    entry = items[1].details["per_step"][0]
+    assert {"kl", "top1", "logit_range", "max_abs_diff", "max_ulp", "n_differing"} <= set(entry)
+
+
+def test_a_check_without_per_step_figures_is_no_series() -> None:
+    """A row decided by its sha256 digest (bit-identical, no full vectors) has no KL, top-1 or
+    logit range: it is not drawn, nor named in the legend."""
+    items = _failing()
+    items[0] = _item("prefill_logits", _logits(), _logits(), [0])
+    items[0].details["per_step"] = [{"step": 0, "max_abs_diff": 0.0, "max_ulp": 0, "n_differing": 0}]
+    (figure,) = scenario_plots(items).figures
+    assert figure.legend == ["decode_logits", "teacher_forced_logits"]
+
+
+def test_a_panel_whose_series_are_all_zero_is_left_out_and_said() -> None:
+    (figure,) = scenario_plots(_failing(flip=None)).figures
+    assert "top-1 per step" not in figure.panels and "KL(p_oracle ‖ p_in-tree) per step" in figure.panels
+    assert figure.notes == ["top-1 agrees at every step: no top-1 plot"]
+
+
+def test_an_older_report_without_kl_or_range_plots_the_raw_difference_and_says_so() -> None:
+    items = _failing()
+    for r in items:
+        for entry in r.details["per_step"]:
+            for key in ("kl", "top1", "logit_range"):
+                entry.pop(key)
+    (figure,) = scenario_plots(items).figures
+    assert figure.panels == [
+        "max |Δ| per step (raw: no logit range in the report)",
+        "ULP distance histogram (elements)",
+    ]
+    assert any("no KL per step in the report" in n for n in figure.notes)
+
+
+def test_series_are_told_apart_by_marker_and_line_style() -> None:
+    markers = [s["marker"] for s in _STYLES]
+    lines = [s["linestyle"] for s in _STYLES]
+    assert len(set(markers)) == len(set(lines)) == len(_STYLES)
+    assert len({s["markersize"] for s in _STYLES[:3]}) == 3  # overlapping hollow markers stay visible
+
+
 # -- templates ----------------------------------------------------------------------------------
 
 
@@ -175,4 +250,4 @@ def test_the_page_has_every_section_and_stays_self_contained(tmp_path: Path) -> 
         assert needle in page
     assert page.count("<head>") == 1 and "<link" not in page and "url(" not in page
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", page)
-    assert len(re.findall(r'<img alt="[^"]+" src="data:image/png;base64,', page)) == 2  # plain, chat
+    assert len(re.findall(r'<img alt="[^"]+" src="data:image/png;base64,', page)) == 1

@@ -15,7 +15,6 @@ is the sign-off at a glance.
 
 from __future__ import annotations
 
-import base64
 from functools import cache
 from typing import Any
 
@@ -23,7 +22,7 @@ import jinja2
 
 from harness.signoff.certificate import table_rows as certificate_rows
 from harness.signoff.model import INCOMPLETE, SIGNED_OFF, STATUSES, SignoffReport
-from harness.signoff.plots import ScenarioPlot
+from harness.signoff.plots import Plots
 from harness.signoff.quality import table_rows as quality_rows
 
 MAX_BLOCKERS = 50  # listed on the page; report.json and summary.md list every one
@@ -41,7 +40,7 @@ def environment() -> jinja2.Environment:
     )
 
 
-def render_page(doc: SignoffReport, plots: list[ScenarioPlot]) -> str:
+def render_page(doc: SignoffReport, plots: Plots) -> str:
     s, p = doc.signoff, doc.parity
     return (
         environment()
@@ -54,7 +53,7 @@ def render_page(doc: SignoffReport, plots: list[ScenarioPlot]) -> str:
             matrix=_matrix(doc),
             statuses=STATUSES,
             max_blockers=MAX_BLOCKERS,
-            plots=[{"model": f.model, "scenario": f.scenario, "uri": _data_uri(f.png)} for f in plots],
+            plots=plots,
             quality=[r for q in doc.quality for r in quality_rows(q)],
             certificates=certificate_rows(doc.certificates, doc.certified_models),
             timings=_timings(doc),
@@ -62,10 +61,6 @@ def render_page(doc: SignoffReport, plots: list[ScenarioPlot]) -> str:
             provenance=[_model_provenance(doc, m) for m in s.models],
         )
     )
-
-
-def _data_uri(png: bytes) -> str:
-    return "data:image/png;base64," + base64.b64encode(png).decode()
 
 
 def _matrix(doc: SignoffReport) -> list[dict[str, Any]]:
