@@ -388,7 +388,33 @@ def _probe(page: Path, tmp_path: Path) -> tuple[list[str], dict, list[str]]:
     return json.loads(html.unescape(attrs["data-errors"])), json.loads(html.unescape(attrs["data-probe"])), console
 
 
-def test_page_loads_in_headless_chromium_without_errors_and_shows_the_matrix(real: RealSignoff, tmp_path: Path) -> None:
+# Full-page screenshots kept after the run (reports/ is not tracked): what the page looked like.
+SCREENS = REPO_ROOT / "reports" / "screens"
+
+
+def _keep_screenshot(page: Path, name: str, tmp_path: Path, capsys, record_property) -> Path:
+    """Screenshot `page` at 1280 x 2000 into reports/screens/<name>.png and print where; the PNG
+    must decode to that size and hold more than a blank page's colours."""
+    from PIL import Image
+
+    shot = tmp_path / f"{name}.png"
+    run = _browse(page, f"--screenshot={shot}", "--window-size=1280,2000")
+    assert run.returncode == 0 and shot.exists() and shot.stat().st_size > 0, run.stderr[-3000:]
+    with Image.open(shot) as image:
+        assert image.size == (1280, 2000)
+        assert len(image.convert("RGB").getcolors(maxcolors=1280 * 2000)) > 100  # not blank
+    SCREENS.mkdir(parents=True, exist_ok=True)
+    kept = SCREENS / f"{name}.png"
+    shutil.copyfile(shot, kept)
+    record_property("screenshot", str(kept))  # in pytest's --junitxml too
+    with capsys.disabled():
+        print(f"\nscreenshot of the sign-off page: {kept}")
+    return kept
+
+
+def test_page_loads_in_headless_chromium_without_errors_and_shows_the_matrix(
+    real: RealSignoff, tmp_path: Path, capsys: pytest.CaptureFixture, record_property
+) -> None:
     errors, probe, console = _probe(real.directory / "index.html", tmp_path)
     assert errors == [] and console == []
     assert probe["rows"] == 1 and probe["cells"] == ["PASS"] * len(_L1)
@@ -404,10 +430,13 @@ def test_page_loads_in_headless_chromium_without_errors_and_shows_the_matrix(rea
     assert colors[(0x1A, 0x7F, 0x37)] > 30_000  # the SIGNED OFF banner (#1a7f37), ~1200 x 50 px
     assert colors[(0xDA, 0xFB, 0xE1)] > 3_000  # six PASS cells' background (#dafbe1)
     assert len(colors) > 100  # text and tables: not a blank or single-colour page
+    _keep_screenshot(real.directory / "index.html", "signoff-signed-off", tmp_path, capsys, record_property)
 
 
 @pytest.mark.usefixtures("think_on")
-def test_blocked_page_in_headless_chromium(real: RealSignoff, tmp_path: Path) -> None:
+def test_blocked_page_in_headless_chromium(
+    real: RealSignoff, tmp_path: Path, capsys: pytest.CaptureFixture, record_property
+) -> None:
     directory = _render(
         _failing_variant(real), tmp_path / "reports", [_waiver("minicpm5-2b-mini/think-on/decode_logits")]
     )
@@ -421,6 +450,7 @@ def test_blocked_page_in_headless_chromium(real: RealSignoff, tmp_path: Path) ->
     shot = tmp_path / "blocked.png"
     assert _browse(directory / "index.html", f"--screenshot={shot}", "--window-size=1400,1000").returncode == 0
     assert _pixel_counts(shot)[(0xCF, 0x22, 0x2E)] > 30_000  # the BLOCKED banner (#cf222e)
+    _keep_screenshot(directory / "index.html", "signoff-blocked", tmp_path, capsys, record_property)
 
 
 def _pixel_counts(png: Path) -> dict[tuple[int, int, int], int]:
