@@ -8,8 +8,9 @@ from its own report.json. Stages, each testable alone, data flowing one way:
 - `waivers`  waivers.yaml validated into Waiver objects
 - `verdict`  statuses, waiver use, blockers: SIGNED OFF or BLOCKED
 - `diff`     what changed since the previous sign-off
-- `plots`    per-step PNGs (matplotlib Agg)
-- `page`, `summary`, `junit`  the renderers (index.html, summary.md, junit.xml)
+- `headline` one line per non-passing check (step, max ULP, first diverging module)
+- `plots`    per-step PNGs of the scenarios whose logits differ (matplotlib Agg)
+- `page`, `summary`, `junit`  the renderers (index.html from templates/, summary.md, junit.xml)
 - `writer`   the directory: staged, renamed into place, never over an earlier one
 - `cli`      `python -m harness signoff`: run parity, then all of the above
 
