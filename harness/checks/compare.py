@@ -145,13 +145,8 @@ def diff_vectors(expected: np.ndarray, actual: np.ndarray) -> VectorDiff:
         actual_value=float(actual[first]),
         expected_top5=top_k(expected),
         actual_top5=top_k(actual),
-        expected_range=_finite_range(e64),
+        expected_range=logit_range(expected),
     )
-
-
-def _finite_range(values: np.ndarray) -> float | None:
-    finite = values[np.isfinite(values)]
-    return float(finite.max() - finite.min()) if finite.size else None
 
 
 @dataclass
