@@ -23,7 +23,6 @@ from rich.progress import (
     MofNCompleteColumn,
     TaskID,
     TextColumn,
-    TimeElapsedColumn,
     TimeRemainingColumn,
 )
 from rich.progress import Progress as Bar
@@ -76,7 +75,8 @@ class Progress:
             return
         with self._lock, self.uncaptured():
             try:
-                self._bar.update(self._task, description=text)
+                room = max(self.console.width - 50, 16)  # the count, elapsed and time left keep theirs
+                self._bar.update(self._task, description=text if len(text) <= room else text[: room - 1] + "…")
                 self._bar.refresh()
             except (ValueError, OSError):
                 pass
@@ -107,8 +107,8 @@ class Progress:
         if self.quiet:
             return
         why = f" for {self._phases[-1]}" if self._phases else ""
-        if self.live:
-            self._describe(f"{label}{why}: step {index}/{total}")
+        if self.live:  # the scenario without its model: the bar's line is short
+            self._describe(f"{label.split('/', 1)[-1]}{why}: step {index}/{total}")
         elif index == total or index % 8 == 0:
             self.say(f"{label}{why}: step {index}/{total} ({time.perf_counter() - started:.1f}s)")
 
@@ -122,14 +122,13 @@ class Progress:
         with self.uncaptured():
             if not self.console.is_terminal:
                 return
-            columns = (  # the description takes what the others leave, cut with an ellipsis
-                TextColumn("[dim]parity[/dim] {task.description}", table_column=Column(ratio=1, no_wrap=True)),
-                BarColumn(bar_width=12),
+            columns = (  # the description is cut to what the others leave (_describe)
+                TextColumn("[dim]parity[/dim] {task.description}", table_column=Column(no_wrap=True)),
+                BarColumn(bar_width=10),
                 MofNCompleteColumn(),
-                TextColumn("checks"),
-                TimeElapsedColumn(),
-                TextColumn("· left"),
+                TextColumn("checks ·"),
                 TimeRemainingColumn(),
+                TextColumn("left"),
             )
             self._bar = Bar(*columns, console=self.console, auto_refresh=False, transient=True)
             self._task = self._bar.add_task("collecting", total=total)

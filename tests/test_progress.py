@@ -35,7 +35,7 @@ def test_on_a_terminal_one_bar_counts_the_checks_and_names_the_phase(monkeypatch
         pass
     p.end_run()
     text = out.getvalue()
-    assert "tiny/plain (teacher_forced) for localization (row 0): step 3/9" in text
+    assert "plain (teacher_forced) for localization (row 0): step 3/9" in text
     assert re.search(r"2/4 checks", text) and "left" in text
     assert "building oracle venv mlx-lm: done in" in text  # an event prints above the bar
     assert not p.live

@@ -7,8 +7,8 @@ regenerates the scenario and every row must hash as the golden says (else: not r
 here, and the error says why, naming the machine that recorded it when that differs).
 
 Once per scenario, never per check. And a failure is seldom alone: after the first
-regeneration in a profile the oracle regenerates, beside the in-tree side, every other
-selected scenario of that oracle whose vectors this cache lacks, one after the other in the
+regeneration in a profile the oracles regenerate, beside the in-tree side, every other selected
+scenario whose vectors this cache lacks (each by its own oracle), one after the other in the
 run's order, so the failures that follow find theirs ready (`MLX_PARITY_OVERLAP=0`, an xdist
 worker or a one-core machine: one scenario at a time, as it is needed).
 """
@@ -143,15 +143,14 @@ class FullVectors:
         return _full(golden, again.logits, arrays, f"{profile.name}/{scenario.id}")
 
     def _start_the_others(self, profile: Profile, failing: Scenario) -> None:
-        """Regenerate, beside the in-tree side, the other selected scenarios of the same oracle
-        whose full vectors this cache lacks (one process; once per profile and oracle)."""
+        """Regenerate, beside the in-tree side, the other selected scenarios (each by its own
+        oracle) whose full vectors this cache lacks, in the run's order (once per profile)."""
         if os.environ.get("PYTEST_XDIST_WORKER") or not overlap_enabled(self.owner.overlap_generation()):
             return
-        oracle = profile.planned(failing).oracle
         others = []
         for s in self.owner.scenarios_in_scope(profile):
             key = (profile.name, s.id)
-            if s.id == failing.id or profile.planned(s).oracle != oracle or key in self.pending or key in self.done:
+            if s.id == failing.id or key in self.pending or key in self.done or key in self.errors:
                 continue
             try:
                 if self.owner.golden(profile, s).record.is_compact and self._cached(profile, s) is None:

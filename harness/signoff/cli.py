@@ -17,9 +17,9 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
+from harness.cli.select import run_paths
 from harness.errors import HarnessError
 from harness.paths import REPO_ROOT, reports_dir
 from harness.profile.load import available_profiles, find_profile
@@ -171,24 +171,24 @@ def run_parity(models: list[str], workers: str | None, extra: list[str]) -> tupl
     any code other than 0 (all passed) and 1 (a check failed) wins over those two.
     """
     reports, runs = [], {}
-    with tempfile.TemporaryDirectory(prefix="signoff-") as tmp:
-        for i, model in enumerate(models, 1):
-            report_path = Path(tmp) / f"parity-{i}.json"
-            command = [sys.executable, "-m", "harness", "parity", "--report", str(report_path), "--model", model]
-            if workers:
-                command += ["-n", workers]
-            if extra:
-                command += ["--", *(extra[1:] if extra[0] == "--" else extra)]
-            progress.say(f"sign-off: running parity for {model} ({i}/{len(models)}, its own process)")
-            runs[model] = subprocess.run(command, cwd=REPO_ROOT, check=False).returncode
-            if report_path.exists():
-                reports.append(json.loads(report_path.read_text()))
-            else:
-                progress.say(f"sign-off: the parity run of {model} (exit code {runs[model]}) wrote no report")
-        if not reports:
-            codes = ", ".join(f"{m} {c}" for m, c in runs.items())
-            raise HarnessError(f"no parity run wrote a report (exit codes: {codes}): nothing to sign off")
-        merged = ParityReport.from_dict(merge_reports(reports, runs), "the merged parity report")
+    # Each run's report is kept under reports/, where its own last screen says it is.
+    for i, model in enumerate(models, 1):
+        report_path = run_paths([model], None)[0]
+        command = [sys.executable, "-m", "harness", "parity", "--report", str(report_path), "--model", model]
+        if workers:
+            command += ["-n", workers]
+        if extra:
+            command += ["--", *(extra[1:] if extra[0] == "--" else extra)]
+        progress.say(f"sign-off: running parity for {model} ({i}/{len(models)}, its own process)")
+        runs[model] = subprocess.run(command, cwd=REPO_ROOT, check=False).returncode
+        if report_path.exists():
+            reports.append(json.loads(report_path.read_text()))
+        else:
+            progress.say(f"sign-off: the parity run of {model} (exit code {runs[model]}) wrote no report")
+    if not reports:
+        codes = ", ".join(f"{m} {c}" for m, c in runs.items())
+        raise HarnessError(f"no parity run wrote a report (exit codes: {codes}): nothing to sign off")
+    merged = ParityReport.from_dict(merge_reports(reports, runs), "the merged parity report")
     return merged, worst_exit_code(runs.values())
 
 
