@@ -212,9 +212,8 @@ def matrix(results: list[dict[str, Any]], width: int) -> list[Line]:
         scenarios = list(dict.fromkeys(r["scenario"] for r in rows))
         cells = {(r["scenario"], r["check"]): r for r in rows}
         name_width = min(max(len(s) for s in scenarios), max(12, width - 6 - 3 * len(checks)))
-        out.append(
-            Line(f"{model}: {len(scenarios)} scenarios x {len(checks)} checks   ✓ pass  F fail  E error", "bold")
-        )
+        title = f"{model}: {len(scenarios)} scenarios x {len(checks)} checks"
+        out.append(Line(f"{title}   ✓ pass  F fail  E error  · not planned", "bold"))
         out.append(Line(" " * (name_width + 4) + "".join(f"{n:>3}" for n in range(1, len(checks) + 1))))
         for scenario in scenarios:
             marks, tier, bad = [], "", False
@@ -241,14 +240,10 @@ def _legend(entries: list[str], width: int) -> list[str]:
     return lines
 
 
-def _phase_group(name: str) -> str:
-    return name.split(" (")[0]
-
-
 def timing_line(timing: dict[str, Any]) -> str:
     total = timing.get("total_seconds") or 1.0
     phases = sorted(timing.get("phases", []), key=lambda p: -p["seconds"])[:3]
-    parts = ", ".join(f"{_phase_group(p['phase'])} {100 * p['seconds'] / total:.0f} %" for p in phases)
+    parts = ", ".join(f"{p['phase']} {100 * p['seconds'] / total:.0f} %" for p in phases)
     return f"time to verdict: {timing.get('wall_seconds', 0.0):.1f} s wall ({parts}; -v for every phase)"
 
 
