@@ -1,0 +1,83 @@
+"""The end-of-run screen is what the code prints: docs/screens/ holds two 80-column tmux
+captures of `make parity` (a passing run, and the same clone with every in-tree RMSNorm output
+nudged by 2^-20, where every scenario fails), and tests/fixtures/screens/ the JSON reports those
+very runs wrote. Rendering each report at 80 columns gives the capture's last lines exactly.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.paths import REPO_ROOT
+from harness.screen import FULL_BLOCKS, render
+
+SCREENS = REPO_ROOT / "docs" / "screens"
+FIXTURES = Path(__file__).parent / "fixtures" / "screens"
+
+
+def _as_displayed(text: str, width: int = 80) -> list[str]:
+    """A line as an 80-column terminal shows it: cut every `width` characters."""
+    return [text[i : i + width].rstrip() for i in range(0, max(len(text), 1), width)] or [""]
+
+
+def _capture_and_report(name: str) -> tuple[list[str], dict]:
+    capture = [line.rstrip() for line in (SCREENS / f"parity-{name}.txt").read_text().splitlines()]
+    while capture and (capture[-1] in ("", "$") or capture[-1].startswith("make: *** ")):
+        capture.pop()  # the shell's prompt after the run, and make's own line after a failing one
+    with gzip.open(FIXTURES / f"parity-{name}.json.gz", "rt") as f:
+        return capture, json.load(f)
+
+
+@pytest.mark.parametrize("name", ["pass", "fail"])
+def test_the_capture_ends_with_what_the_report_renders(name: str) -> None:
+    capture, report = _capture_and_report(name)
+    where = next(line for line in reversed(capture) if line.startswith("report: "))
+    where_full = where
+    i = capture.index(where)  # a long path wraps onto the next displayed line(s)
+    while i + 1 < len(capture) and not capture[i + 1].startswith(("PASS ", "FAIL ")):
+        i += 1
+        where_full += capture[i]
+    lines = [d for line in render(report, 80, where_full) for d in _as_displayed(line.text)]
+    assert capture[-len(lines) :] == lines
+
+
+def test_a_passing_screen_is_a_matrix_and_a_verdict() -> None:
+    capture, report = _capture_and_report("pass")
+    assert report["verdict"] == "PASS" and capture[-1].startswith("PASS smollm2-135m: all 99 checks passed")
+    end = max(i for i, line in enumerate(capture) if re.match(r"\d+ passed in ", line))  # pytest's last line
+    screen = capture[end + 1 :]
+    assert len(screen) <= 40, f"{len(screen)} lines: more than one screen"
+    assert not any(line.startswith(("FAIL ", "ERROR ")) for line in screen)
+
+
+def test_a_failing_screen_explains_each_failure_and_ends_with_the_verdict() -> None:
+    capture, report = _capture_and_report("fail")
+    failed = [r for r in report["results"] if r["outcome"] != "passed"]
+    assert report["verdict"] == "FAIL" and len({r["scenario"] for r in failed}) >= FULL_BLOCKS
+    text = "\n".join(capture)
+    blocks = re.findall(r"^FAIL smollm2-135m/\S+ \S+ · L\d vs \S+$", text, re.MULTILINE)
+    assert len(blocks) == FULL_BLOCKS
+    for label in ("differs", "by", "first", "module", "oracle", "in-tree", "at step"):
+        assert re.search(rf"^  {label}\s", text, re.MULTILINE), label
+    assert "model.layers.0.input_layernorm" in text  # every norm nudged: the first one diverges first
+    commands = re.findall(r"^ .*(make parity MODEL=smollm2-135m SCENARIO=\S+ CHECK=\S+)$", text, re.MULTILINE)
+    assert len(commands) == FULL_BLOCKS
+    assert "regenerate this machine's goldens" not in text  # the oracle reproduced them here
+    assert capture[-1].startswith(f"FAIL smollm2-135m: {len(failed)} failed")
+
+
+def test_rendering_wraps_long_labelled_text_and_never_the_rerun_command() -> None:
+    _, report = _capture_and_report("fail")
+    row = next(r for r in report["results"] if r["outcome"] == "failed")
+    row = dict(row, scenario="a-very-long-scenario-name-that-makes-the-command-longer-than-eighty")
+    out = [line.text for line in render({"results": [row], "counts": {"failed": 1}, "verdict": "FAIL"}, 80)]
+    command = next(line for line in out if line.startswith("    make parity"))  # too long: a line of its own
+    assert len(command) > 80 and command.endswith(f"CHECK={row['check']}")
+    wrapped = [line for line in out if line.startswith("  ") and not line.startswith("    make")]
+    assert all(len(line) <= 80 for line in wrapped), textwrap.shorten(str(wrapped), 200)
