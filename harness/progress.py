@@ -12,7 +12,6 @@ side channel: nothing reads it back. The bar is redrawn only from the harness's 
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -117,7 +116,7 @@ class Progress:
     def start_run(self, total: int) -> None:
         """A run of `total` checks begins: the live bar on a terminal, plain lines elsewhere."""
         self.done, self.total, self.failed = 0, total, 0
-        if self.quiet or not total or os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        if self.quiet or not total or settings.read().ci.lower() in ("1", "true", "yes"):
             return
         with self.uncaptured():
             if not self.console.is_terminal:

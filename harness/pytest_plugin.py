@@ -38,8 +38,8 @@ from harness.pytest_items import (
     _requested,
     _session,
 )
-from harness.report import ItemResult, build_report, peak_rss_mb, verdict, write_report
-from harness.screen import render, shown_path
+from harness.report import ItemResult, build_report, keep_report, peak_rss_mb, verdict
+from harness.screen import render
 from harness.settings import check_all as check_settings
 from harness.timing import breakdown, clock, format_breakdown
 from harness.vad_session import VadRun
@@ -366,17 +366,10 @@ class _Collector:
         if config.getoption("no_parity_report"):
             return
         target = config.getoption("parity_report")
-        try:
-            path = write_report(report, Path(target) if target else None)
-        except FileExistsError:
-            self.report_line = f"error: the parity report {target} exists and is never replaced: name a new path"
+        junit = getattr(config.option, "xmlpath", None)
+        self.report_line, kept = keep_report(report, Path(target) if target else None, junit)
+        if not kept:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
-        except HarnessError as e:
-            self.report_line = f"error: {e}"
-            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
-        else:
-            junit = getattr(config.option, "xmlpath", None)
-            self.report_line = f"report: {shown_path(path)}" + (f" · JUnit: {shown_path(Path(junit))}" if junit else "")
 
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
@@ -389,7 +382,7 @@ class _Collector:
             return
         width = terminalreporter._tw.fullwidth  # pytest's own terminal width (COLUMNS)
         lines = render(self.report, width, self.report_line or None)
-        tail = 2 if self.report_line else 1  # the report's path and the verdict close the screen
+        tail = 1 + len(self.report_line.splitlines())  # the report's path (and errors) and the verdict close it
         terminalreporter.write_line("")
         for line in lines[:-tail]:
             terminalreporter.write_line(line.text, **({line.style: True} if line.style else {}))

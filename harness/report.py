@@ -133,3 +133,24 @@ def write_report(report: dict[str, Any], path: Path | None = None) -> Path:
     except (OSError, ValueError) as e:
         raise HarnessError(f"cannot write the parity report {path}: {e}") from e
     return path
+
+
+def keep_report(report: dict[str, Any], target: Path | None, junit: str | None) -> tuple[str, bool]:
+    """Write the report (never replacing one) and append the run to the results store
+    (harness/history/store.py): the lines naming where (or what went wrong), and whether both
+    were kept."""
+    from harness.history.store import record, store_path
+    from harness.screen import shown_path
+
+    try:
+        path = write_report(report, target)
+    except FileExistsError:
+        return f"error: the parity report {target} exists and is never replaced: name a new path", False
+    except HarnessError as e:
+        return f"error: {e}", False
+    line = f"report: {shown_path(path)}" + (f" · JUnit: {shown_path(Path(junit))}" if junit else "")
+    try:
+        record(store_path(), "parity", report, path)
+    except HarnessError as e:
+        return f"{line}\nerror: {e}", False
+    return line, True

@@ -267,8 +267,8 @@ def notes(report: dict[str, Any], width: int, where: str | None) -> list[Line]:
     out = [Line(t) for t in texts]  # whole lines: the terminal wraps them, a search finds them
     if "timing" in report:
         out.append(Line(timing_line(report["timing"])))
-    if where:
-        out.append(Line(where, "red" if where.startswith("error") else None))
+    for line in (where or "").splitlines():
+        out.append(Line(line, "red" if line.startswith("error") else None))
     return out
 
 

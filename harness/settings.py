@@ -71,6 +71,13 @@ SETTINGS = (
     Setting("MLX_PARITY_GOLDENS", "goldens", "directory", "<repo>/goldens", "golden manifests, read and written"),
     Setting("MLX_PARITY_REPORTS", "reports", "directory", "<repo>/reports", "where parity and sign-off reports go"),
     Setting(
+        "MLX_PARITY_HISTORY",
+        "history",
+        "path",
+        None,
+        "the results store every parity run appends to (SQLite; docs/history.md); unset: <cache>/history.sqlite",
+    ),
+    Setting(
         "MLX_PARITY_ORACLE_PYTHON",
         "oracle_python",
         "path",
@@ -99,6 +106,22 @@ SETTINGS = (
         "text",
         "",
         "the package index; `python -m harness portability` hands it to uv as UV_INDEX_URL",
+        ours=False,
+    ),
+    Setting(
+        "CI",
+        "ci",
+        "text",
+        "",
+        "set to true/1/yes by CI services: progress as plain lines instead of the live bar",
+        ours=False,
+    ),
+    Setting(
+        "PYTEST_XDIST_WORKER",
+        "xdist_worker",
+        "text",
+        "",
+        "set by pytest-xdist in its workers: no full-vector regeneration ahead there (docs/benchmarks.md)",
         ours=False,
     ),
     *(
@@ -132,10 +155,13 @@ class Settings:
     profiles: Path
     goldens: Path
     reports: Path
+    history: Path | None
     oracle_python: Path | None
     oracle_pythonpath: str
     hub_offline: bool
     pip_index_url: str
+    ci: str
+    xdist_worker: str
     proxy: bool
 
 

@@ -40,6 +40,13 @@ def _parity(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _history(p: argparse.ArgumentParser) -> None:
+    options.model(p, what="only this model's checks")
+    p.add_argument("--check", help="only this check (a check name, or scenario/check)")
+    p.add_argument("--last", type=int, default=10, help="runs shown per check (default 10)")
+    p.add_argument("--db", help="the results store (default: MLX_PARITY_HISTORY, else <cache>/history.sqlite)")
+
+
 def _goldens(p: argparse.ArgumentParser) -> None:
     options.model(p, many=True, required=True)
     p.add_argument("--oracle", action="append", default=[], help="only the scenarios this oracle judges")
@@ -196,6 +203,7 @@ def _bench_whisper_worker(p: argparse.ArgumentParser) -> None:
 
 VERBS = (
     Verb("parity", "harness.cli.core:parity", "gate models against their oracles (pytest underneath)", _parity, True),
+    Verb("history", "harness.history.cli:run", "per check: last runs per device, first failure, flakes", _history),
     Verb("goldens", "harness.cli.core:goldens", "(re)generate a model's goldens with its oracle, explicitly", _goldens),
     Verb("compact-goldens", "harness.cli.core:compact", "rewrite this device's full goldens as compact ones", _compact),
     Verb("list", "harness.cli.core:list_profiles", "list profiles", _list),

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import os
 import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness import settings
 from harness.errors import HarnessError, OracleError
 from harness.goldens.specs import oracle_spec, overlap_enabled
 from harness.profile import Profile, Scenario
@@ -145,7 +145,7 @@ class FullVectors:
     def _start_the_others(self, profile: Profile, failing: Scenario) -> None:
         """Regenerate, beside the in-tree side, the other selected scenarios (each by its own
         oracle) whose full vectors this cache lacks, in the run's order (once per profile)."""
-        if os.environ.get("PYTEST_XDIST_WORKER") or not overlap_enabled(self.owner.overlap_generation()):
+        if settings.read().xdist_worker or not overlap_enabled(self.owner.overlap_generation()):
             return
         others = []
         for s in self.owner.scenarios_in_scope(profile):

@@ -1,0 +1,222 @@
+"""The results store: every parity run (and sign-off, quality run) appended to one SQLite file.
+
+The standard library's `sqlite3`, not SQLAlchemy: one file, two tables and a handful of
+queries need no ORM or engine, the project venv needs no new pin, and the oracle-side
+scripts could read it with nothing installed. Its schema is versioned by a `migrations`
+table (each applied step with its time); opening an older file applies the missing steps in
+one transaction, a newer one is refused. Default path `<cache>/history.sqlite`
+(`MLX_PARITY_HISTORY` moves it).
+
+Nothing is ever lost or overwritten: a run is one transaction (WAL, so readers never block a
+writer, and a busy timeout, so two runs or xdist's controller and another run append both);
+a file that is not a SQLite database (truncated, overwritten), fails SQLite's quick check, or
+was written by a newer schema is named in a HarnessError and left exactly as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from pathlib import Path
+from typing import Any
+
+from harness.errors import HarnessError
+
+MAGIC = b"SQLite format 3\x00"
+
+
+def store_path() -> Path:
+    """`MLX_PARITY_HISTORY`, else `<cache>/history.sqlite`."""
+    from harness import settings
+    from harness.paths import cache_root
+
+    return settings.read().history or cache_root() / "history.sqlite"
+
+
+BUSY_SECONDS = 60.0
+
+# Each step's SQL, in order; the schema version is the number of steps applied.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE runs (
+        id INTEGER PRIMARY KEY,
+        kind TEXT NOT NULL,             -- parity | signoff | quality
+        started TEXT NOT NULL,
+        finished TEXT NOT NULL,
+        commit_sha TEXT,
+        dirty INTEGER,                  -- 1: the checkout had uncommitted changes
+        device_key TEXT,
+        harness_version TEXT,
+        versions TEXT,                  -- JSON: mlx, python, platform, ...
+        pins TEXT,                      -- JSON: per model, its oracles' pins hashes
+        verdict TEXT NOT NULL,
+        wall_seconds REAL,
+        models TEXT NOT NULL,           -- JSON list
+        report_path TEXT
+    );
+    CREATE TABLE results (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        model TEXT NOT NULL,
+        scenario TEXT NOT NULL,
+        check_name TEXT NOT NULL,
+        tier TEXT,
+        oracle TEXT,
+        outcome TEXT NOT NULL,          -- passed | failed | error
+        first_bad_step INTEGER,
+        max_ulp INTEGER,
+        module TEXT,                    -- the first diverging module, when localized
+        seconds REAL,
+        summary TEXT
+    );
+    CREATE INDEX results_by_check ON results (model, check_name, scenario);
+    """,
+)
+
+
+class HistoryError(HarnessError):
+    pass
+
+
+def _is_sqlite(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(len(MAGIC)) == MAGIC
+
+
+@contextmanager
+def connect(path: Path, write: bool) -> Iterator[sqlite3.Connection]:
+    """The store at `path`, checked (and, to write, made or migrated); never altered when bad."""
+    fresh = not path.exists() or path.stat().st_size == 0
+    if not fresh and not _is_sqlite(path):
+        raise HistoryError(
+            f"results store {path}: not a SQLite database (truncated or overwritten?); left untouched: "
+            "move it away to start a new one, or point MLX_PARITY_HISTORY elsewhere"
+        )
+    if fresh and not write:
+        raise HistoryError(f"results store {path}: no runs recorded yet (a `make parity` writes it)")
+    if fresh:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        conn = sqlite3.connect(path, timeout=BUSY_SECONDS, isolation_level=None)
+    except sqlite3.Error as e:
+        raise HistoryError(f"results store {path}: cannot open it: {e}") from e
+    with closing(conn):
+        try:
+            if not fresh:
+                check = conn.execute("PRAGMA quick_check").fetchone()[0]
+                if check != "ok":
+                    raise HistoryError(f"results store {path}: SQLite's quick check says {check!r}; left untouched")
+            _migrate(conn, path, write)
+            yield conn
+        except sqlite3.DatabaseError as e:
+            raise HistoryError(f"results store {path}: {e}; left untouched") from e
+
+
+def _version(conn: sqlite3.Connection) -> int:
+    known = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'migrations'").fetchone()
+    return conn.execute("SELECT COUNT(*) FROM migrations").fetchone()[0] if known else 0
+
+
+def _migrate(conn: sqlite3.Connection, path: Path, write: bool) -> None:
+    version = _version(conn)
+    if version > len(MIGRATIONS):
+        raise HistoryError(
+            f"results store {path}: schema version {version} is newer than this harness's "
+            f"{len(MIGRATIONS)}; left untouched (use the newer harness, or another MLX_PARITY_HISTORY)"
+        )
+    if version == len(MIGRATIONS):
+        return
+    if not write:
+        raise HistoryError(f"results store {path}: schema version {version} is older; a `make parity` migrates it")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if _version(conn) == 0:  # still (another writer may have migrated it meanwhile)
+            conn.execute("CREATE TABLE IF NOT EXISTS migrations (version INTEGER PRIMARY KEY, applied TEXT)")
+        for step in range(_version(conn), len(MIGRATIONS)):
+            for statement in _statements(MIGRATIONS[step]):
+                conn.execute(statement)
+            conn.execute("INSERT INTO migrations VALUES (?, datetime('now'))", (step + 1,))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _statements(script: str) -> list[str]:
+    return [s.strip() for s in script.split(";") if s.strip() and not s.strip().startswith("--")]
+
+
+def checkout_state() -> tuple[str | None, bool | None]:
+    """(commit, whether tracked files have uncommitted changes); None where git cannot say."""
+    from harness.goldens.lifecycle import harness_commit
+
+    commit = harness_commit()
+    if commit.startswith("unknown"):
+        return None, None
+    return commit.removesuffix("+dirty"), commit.endswith("+dirty")
+
+
+def record(path: Path, kind: str, report: dict[str, Any], report_path: Path | None) -> int:
+    """Append one run and its results in one transaction; the run's id."""
+    context = report.get("context", {})
+    device = context.get("device", {})
+    commit, dirty = checkout_state()
+    run = (
+        kind,
+        report.get("started"),
+        report.get("finished"),
+        commit or context.get("harness_commit"),
+        None if dirty is None else int(dirty),
+        device.get("key") or device.get("device_key"),
+        report.get("harness_version"),
+        json.dumps({k: device.get(k) for k in ("mlx", "python", "platform", "backend", "blas") if k in device}),
+        json.dumps(_pins(context)),
+        report.get("verdict"),
+        report.get("timing", {}).get("wall_seconds"),
+        json.dumps(context.get("models", [])),
+        str(report_path) if report_path else None,
+    )
+    with connect(path, write=True) as conn:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            cursor = conn.execute(f"INSERT INTO runs VALUES (NULL, {', '.join('?' * len(run))})", run)
+            run_id = int(cursor.lastrowid or 0)
+            conn.executemany(
+                "INSERT INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [_result_row(run_id, r) for r in report.get("results", [])],
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    return run_id
+
+
+def _pins(context: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for model, facts in (context.get("provenance") or {}).items():
+        if isinstance(facts, dict):
+            out[model] = {k: v for k, v in facts.items() if "pins" in k or k == "oracles"}
+    return out
+
+
+def _result_row(run_id: int, r: dict[str, Any]) -> tuple:
+    details = r.get("details") or {}
+    diff = details.get("first_step_diff") or details.get("first_diff") or {}
+    where = details.get("localization") or {}
+    return (
+        run_id,
+        r["model"],
+        r["scenario"],
+        r["check"],
+        r.get("tier"),
+        r.get("oracle"),
+        r["outcome"],
+        r.get("first_bad_step"),
+        diff.get("max_ulp") if isinstance(diff, dict) else None,
+        where.get("module") if isinstance(where, dict) else None,
+        r.get("seconds"),
+        r.get("summary"),
+    )

@@ -1,0 +1,113 @@
+"""The results store (harness/history/store.py): every parity run appended, concurrent runs
+both kept, a bad file named and never touched."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from harness.history.store import MIGRATIONS, HistoryError, connect, record
+from harness.paths import REPO_ROOT
+from tests.conftest import write_profile
+from tests.test_verdicts import _cli
+
+
+def _runs(db: Path) -> list[tuple]:
+    with connect(db, write=False) as conn:
+        return conn.execute("SELECT id, kind, verdict, models FROM runs ORDER BY id").fetchall()
+
+
+def _results(db: Path, run_id: int) -> list[tuple]:
+    with connect(db, write=False) as conn:
+        return conn.execute(
+            "SELECT scenario, check_name, outcome, first_bad_step FROM results WHERE run_id = ? ORDER BY rowid",
+            (run_id,),
+        ).fetchall()
+
+
+def test_every_parity_run_is_appended_with_its_results(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = isolated / "history.sqlite"
+    monkeypatch.setenv("MLX_PARITY_HISTORY", str(db))
+    write_profile(isolated)
+    assert _cli("parity", "--model", "tiny", "--", "-p", "tests.fault_plugin").returncode == 0
+    failing = _cli("parity", "--model", "tiny", "--", "-p", "tests.fault_plugin", faults={"chat/decode_logits": "fail"})
+    assert failing.returncode == 1
+    runs = _runs(db)
+    assert [(kind, verdict) for _, kind, verdict, _ in runs] == [("parity", "PASS"), ("parity", "FAIL")]
+    report = json.loads(sorted((isolated / "reports").glob("*.json"))[-1].read_text())
+    rows = _results(db, runs[1][0])
+    assert len(rows) == len(report["results"])  # every check, not only the failing one
+    assert ("chat", "decode_logits", "failed", 0) in rows
+
+
+def test_two_concurrent_parity_runs_are_both_kept_whole(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = isolated / "history.sqlite"
+    monkeypatch.setenv("MLX_PARITY_HISTORY", str(db))
+    write_profile(isolated)
+    with ThreadPoolExecutor(2) as pool:  # two processes, started together, writing one file
+        codes = list(pool.map(lambda _: _cli("parity", "--model", "tiny", "--", "-p", "tests.fault_plugin"), [0, 1]))
+    assert [c.returncode for c in codes] == [0, 0], [c.stdout[-500:] for c in codes]
+    runs = _runs(db)
+    assert len(runs) == 2
+    counts = [len(_results(db, run_id)) for run_id, *_ in runs]
+    assert counts[0] == counts[1] > 0
+
+
+def test_many_writers_at_once_lose_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "history.sqlite"
+    report = {"started": "s", "finished": "f", "verdict": "PASS", "context": {"models": ["m"]}}
+    report["results"] = [
+        {"model": "m", "scenario": f"s{i}", "check": "c", "outcome": "passed", "summary": ""} for i in range(50)
+    ]
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report))
+    code = (
+        "import json, sys; from pathlib import Path; from harness.history.store import record\n"
+        "r = json.loads(Path(sys.argv[2]).read_text())\n"
+        "for _ in range(10): record(Path(sys.argv[1]), 'parity', r, None)\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(db), str(path)], cwd=REPO_ROOT) for _ in range(4)]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0, 0, 0]
+    with connect(db, write=False) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 40
+        assert conn.execute("SELECT COUNT(*) FROM results").fetchone()[0] == 40 * 50
+
+
+def _a_store(tmp_path: Path) -> Path:
+    db = tmp_path / "history.sqlite"
+    record(db, "parity", {"started": "s", "finished": "f", "verdict": "PASS", "results": []}, None)
+    return db
+
+
+def test_a_truncated_store_is_named_and_left_untouched(tmp_path: Path) -> None:
+    db = _a_store(tmp_path)
+    data = db.read_bytes()
+    db.write_bytes(data[: len(data) // 3])
+    before = db.read_bytes()
+    with pytest.raises(HistoryError, match=f"results store {db}: .*left untouched"):
+        record(db, "parity", {"started": "s", "finished": "f", "verdict": "PASS", "results": []}, None)
+    assert db.read_bytes() == before
+
+
+def test_a_file_that_is_not_a_database_is_named_and_left_untouched(tmp_path: Path) -> None:
+    db = tmp_path / "history.sqlite"
+    db.write_text("not a database\n")
+    with pytest.raises(HistoryError, match="not a SQLite database .* left untouched"):
+        record(db, "parity", {"started": "s", "finished": "f", "verdict": "PASS", "results": []}, None)
+    assert db.read_text() == "not a database\n"
+
+
+def test_a_newer_schema_is_refused_and_left_untouched(tmp_path: Path) -> None:
+    db = _a_store(tmp_path)
+    with sqlite3.connect(db) as conn:
+        conn.execute("INSERT INTO migrations VALUES (?, datetime('now'))", (len(MIGRATIONS) + 1,))
+    before = db.read_bytes()
+    with pytest.raises(HistoryError, match=f"schema version {len(MIGRATIONS) + 1} is newer"):
+        record(db, "parity", {"started": "s", "finished": "f", "verdict": "PASS", "results": []}, None)
+    assert db.read_bytes() == before
