@@ -47,6 +47,12 @@ def _history(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db", help="the results store (default: MLX_PARITY_HISTORY, else <cache>/history.sqlite)")
 
 
+def _matrix(p: argparse.ArgumentParser) -> None:
+    p.add_argument("inputs", nargs="+", help="parity reports (.json, .json.gz) and results stores (.sqlite)")
+    p.add_argument("--out", help="folder for index.html and matrix.md (default: reports/matrix-<time>/)")
+    p.add_argument("--mixed-versions", action="store_true", help="merge results of different harness versions")
+
+
 def _goldens(p: argparse.ArgumentParser) -> None:
     options.model(p, many=True, required=True)
     p.add_argument("--oracle", action="append", default=[], help="only the scenarios this oracle judges")
@@ -204,6 +210,7 @@ def _bench_whisper_worker(p: argparse.ArgumentParser) -> None:
 VERBS = (
     Verb("parity", "harness.cli.core:parity", "gate models against their oracles (pytest underneath)", _parity, True),
     Verb("history", "harness.history.cli:run", "per check: last runs per device, first failure, flakes", _history),
+    Verb("matrix", "harness.history.matrix:run", "which check holds on which device, from many reports", _matrix),
     Verb("goldens", "harness.cli.core:goldens", "(re)generate a model's goldens with its oracle, explicitly", _goldens),
     Verb("compact-goldens", "harness.cli.core:compact", "rewrite this device's full goldens as compact ones", _compact),
     Verb("list", "harness.cli.core:list_profiles", "list profiles", _list),
