@@ -27,7 +27,7 @@ from harness.profile import Profile
 from harness.profile.load import EXTERNAL, available_profiles, load_profile
 from harness.profile.vad import VadProfile, available_vad_profiles, load_vad_profile
 from harness.progress import progress
-from harness.provenance import device_facts
+from harness.provenance import check_real_device, device_facts
 from harness.pytest_counter import RunCounter
 from harness.pytest_items import (
     _VAD_KEY,
@@ -63,6 +63,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "nightly: a scenario kept out of make test (-m 'not nightly')")
     try:
         check_settings()
+        check_real_device(device_facts())  # no Metal golden made or judged on a paravirtual GPU
     except HarnessError as e:
         raise pytest.UsageError(str(e)) from None
     config.stash[_STARTED_KEY] = dt.datetime.now(dt.UTC)

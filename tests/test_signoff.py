@@ -716,8 +716,11 @@ def test_workflows_do_what_the_issue_asks() -> None:
     assert pr_job["runs-on"].startswith("ubuntu") and "bash .ci/run" in [s.get("run") for s in pr_job["steps"]]
     assert "make test" in (REPO_ROOT / ".ci" / "run").read_text()
     assert "schedule" in nightly[True]
-    (job,) = nightly["jobs"].values()
-    assert job["runs-on"] == "macos-14"
+    job, matrix = nightly["jobs"]["signoff"], nightly["jobs"]["matrix"]
+    # Real Metal: a self-hosted Apple Silicon runner (GitHub's hosted arm64 macOS GPU is paravirtual).
+    assert job["runs-on"] == ["self-hosted", "macOS", "ARM64", "metal"]
+    assert matrix["needs"] == "signoff" and matrix["if"] == "always()"
+    assert any("python -m harness matrix" in s.get("run", "") for s in matrix["steps"])
     steps = job["steps"]
     cached = " ".join(s["with"]["path"] for s in steps if "actions/cache" in s.get("uses", "") and "path" in s["with"])
     for path in (".venv", ".cache/venvs", ".cache/hf-home", ".cache/blobs", ".cache/artifacts", ".cache/hf-twins"):

@@ -20,9 +20,11 @@ def parity(args: argparse.Namespace) -> int:
 
 def goldens(args: argparse.Namespace) -> int:
     from harness.profile.vad import available_vad_profiles
+    from harness.provenance import check_real_device, device_facts
     from harness.session import ParitySession
     from harness.tools.vad import run_gate
 
+    check_real_device(device_facts())  # no Metal golden made on a paravirtual GPU
     session = ParitySession()
     failed = 0
     for name in args.model:
