@@ -275,6 +275,7 @@ SEAM = HARNESS / "oracle"
 # The processes that are not an oracle's, each where it is started and why.
 OTHER_PROCESSES = {
     "harness/goldens/lifecycle.py": "git: the harness commit recorded beside a golden",
+    "harness/history/bisect.py": "git bisect in a worktree of its own; each step the harness's parity run",
     "harness/provenance.py": "sysctl: a Mac's chip and OS facts",
     "harness/portability.py": "uv pip compile: do the pins resolve on the other platforms",
     "harness/artifacts/wheels.py": "pip download: the pinned wheel an artifact is read from",

@@ -53,6 +53,28 @@ def _matrix(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mixed-versions", action="store_true", help="merge results of different harness versions")
 
 
+def _bisect(p: argparse.ArgumentParser) -> None:
+    options.model(p, required=True, what="the profile whose check broke")
+    p.add_argument("--check", required=True, help="SCENARIO/CHECK, as a failure's rerun command names it")
+    p.add_argument("--good", required=True, help="a revision where the check passed")
+    p.add_argument("--bad", required=True, help="a later revision where it fails")
+    p.add_argument("--reruns", type=int, default=1, help="reruns per step before it decides (flake guard; default 1)")
+    p.add_argument("--repo", help=argparse.SUPPRESS)  # another checkout (tests)
+    p.add_argument("--pytest-args", default="", help='more pytest arguments for every step: --pytest-args="-k x"')
+
+
+def _bisect_step(p: argparse.ArgumentParser) -> None:
+    _bisect_common(p)
+    p.add_argument("--work", required=True)
+
+
+def _bisect_common(p: argparse.ArgumentParser) -> None:
+    options.model(p, required=True, what="the profile whose check is bisected")
+    p.add_argument("--check", required=True)
+    p.add_argument("--reruns", type=int, default=1)
+    p.add_argument("--pytest-args", default="")
+
+
 def _goldens(p: argparse.ArgumentParser) -> None:
     options.model(p, many=True, required=True)
     p.add_argument("--oracle", action="append", default=[], help="only the scenarios this oracle judges")
@@ -211,6 +233,8 @@ VERBS = (
     Verb("parity", "harness.cli.core:parity", "gate models against their oracles (pytest underneath)", _parity, True),
     Verb("history", "harness.history.cli:run", "per check: last runs per device, first failure, flakes", _history),
     Verb("matrix", "harness.history.matrix:run", "which check holds on which device, from many reports", _matrix),
+    Verb("bisect", "harness.history.bisect:run", "the first commit that broke one check (git bisect run)", _bisect),
+    Verb("bisect-step", "harness.history.bisect:run_step", "", _bisect_step, hidden=True),
     Verb("goldens", "harness.cli.core:goldens", "(re)generate a model's goldens with its oracle, explicitly", _goldens),
     Verb("compact-goldens", "harness.cli.core:compact", "rewrite this device's full goldens as compact ones", _compact),
     Verb("list", "harness.cli.core:list_profiles", "list profiles", _list),
