@@ -56,8 +56,9 @@ def _matrix(p: argparse.ArgumentParser) -> None:
 def _bisect(p: argparse.ArgumentParser) -> None:
     options.model(p, required=True, what="the profile whose check broke")
     p.add_argument("--check", required=True, help="SCENARIO/CHECK, as a failure's rerun command names it")
-    p.add_argument("--good", required=True, help="a revision where the check passed")
-    p.add_argument("--bad", required=True, help="a later revision where it fails")
+    p.add_argument("--good", help="a revision where the check passed")
+    p.add_argument("--bad", help="a later revision where it fails")
+    p.add_argument("--oracle-versions", help="DIST=FIRST..LAST: bisect the oracle's releases instead (its bits)")
     p.add_argument("--reruns", type=int, default=1, help="reruns per step before it decides (flake guard; default 1)")
     p.add_argument("--repo", help=argparse.SUPPRESS)  # another checkout (tests)
     p.add_argument("--pytest-args", default="", help='more pytest arguments for every step: --pytest-args="-k x"')

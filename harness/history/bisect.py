@@ -68,6 +68,12 @@ def run_step(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.oracle_versions:
+        from harness.history.oracle_bisect import run as over_releases
+
+        return over_releases(args)
+    if not (args.good and args.bad):
+        raise UsageError("give --good and --bad revisions (or --oracle-versions DIST=FIRST..LAST)")
     if "/" not in args.check:
         raise UsageError("--check names one check of one scenario: SCENARIO/CHECK (as the rerun command's)")
     repo = Path(args.repo).resolve() if args.repo else REPO_ROOT

@@ -12,6 +12,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -329,3 +330,36 @@ def torch_facts(env: OracleEnv) -> TorchFacts:
             f"oracle venv {env.root}: cannot ask torch for its CPU capability: {out.stderr.strip()[-500:]}"
         )
     return TorchFacts(**json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def index_versions(dist: str) -> list[str]:
+    """The released versions of `dist` on the package index (pip's configuration), newest first."""
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "index", "versions", dist], capture_output=True, text=True, check=False
+    )
+    found = next((line for line in out.stdout.splitlines() if line.startswith("Available versions:")), None)
+    if out.returncode != 0 or found is None:
+        raise OracleError(f"the package index lists no versions of {dist}: {(out.stderr or out.stdout).strip()[-300:]}")
+    return [v.strip() for v in found.split(":", 1)[1].split(",") if v.strip()]
+
+
+def release_env(oracle: str, dist: str, version: str) -> OracleEnv:
+    """A venv of the oracle's pins with only `dist` at `version` (an oracle-release bisection's
+    step), built once into the cache like any oracle venv."""
+    pins = read_pins(oracle)
+    line = re.compile(rf"^{re.escape(dist)}==\S+", re.MULTILINE | re.IGNORECASE)
+    if not line.search(pins):
+        raise OracleError(f"the pins of oracle {oracle} ({pins_path(oracle)}) name no {dist}==...: nothing to vary")
+    pins = line.sub(f"{dist}=={version}", pins)
+    digest = pins_hash(pins)
+    folder = cache_root() / "bisect-pins"
+    folder.mkdir(parents=True, exist_ok=True)
+    file = folder / f"{oracle}-{dist}-{version}-{digest}.txt"
+    file.write_text(pins)
+    env = OracleEnv(
+        name=f"{oracle} with {dist}=={version}",
+        root=cache_root() / "venvs" / f"{oracle}-{digest}",
+        pins_hash=digest,
+        pins=pins,
+    )
+    return ensure_built(env, lambda: check_mlx_pin(oracle, pins, project_mlx()), Pins(file))
