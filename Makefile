@@ -26,9 +26,9 @@ $(VENV)/.installed: requirements.txt
 	$(VENV)/bin/pip install --no-input -q -r requirements.txt
 	touch $@
 
-## make parity [MODEL=name] [SCENARIO=id [CHECK=name]] [K=expr] [ARGS=...]: gate one model against its oracle (default: the embedded model); SCENARIO/CHECK pick one scenario/check, K is pytest's -k (make itself owns -k), ARGS go to pytest (--lf, -x, node ids)
+## make parity [MODEL=name] [SCENARIO=id [CHECK=name]] [K=expr] [RERUN_FLAKY=n] [ARGS=...]: gate one model against its oracle (default: the embedded model); SCENARIO/CHECK pick one scenario/check, K is pytest's -k (make itself owns -k), ARGS go to pytest (--lf, -x, node ids)
 parity: venv
-	$(PY) -m harness parity --model $(call q,$(MODEL)) $(if $(SCENARIO),--scenario $(call q,$(SCENARIO))) $(if $(CHECK),--check $(call q,$(CHECK))) $(if $(K),-k $(call q,$(K))) $(ARGS)
+	$(PY) -m harness parity --model $(call q,$(MODEL)) $(if $(SCENARIO),--scenario $(call q,$(SCENARIO))) $(if $(CHECK),--check $(call q,$(CHECK))) $(if $(K),-k $(call q,$(K))) $(if $(RERUN_FLAKY),--rerun-flaky $(call q,$(RERUN_FLAKY))) $(ARGS)
 
 ## make help: every target and its variables
 help:

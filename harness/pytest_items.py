@@ -85,6 +85,10 @@ class ScenarioCollector(pytest.Collector):
             yield item
 
 
+class FlakyCheck(HarnessError):
+    """A check that failed and then passed when run again: an ERROR row, never a pass."""
+
+
 class ParityFailure(Exception):
     def __init__(self, result: CheckResult):
         super().__init__(result.summary)
@@ -183,7 +187,21 @@ class ParityItem(_VerdictItem):
         }
 
     def _judge(self) -> CheckResult:
-        return _session(self.config).run_check(self.profile, self.scenario, self.check)
+        session = _session(self.config)
+        result = session.run_check(self.profile, self.scenario, self.check)
+        reruns = self.config.getoption("rerun_flaky") or 0
+        if result.passed or not reruns:
+            return result
+        outcomes = ["failed"]
+        for _ in range(reruns):  # the in-tree side runs again from scratch; the golden stays
+            session.forget_runs(self.profile, self.scenario)
+            again = session.run_check(self.profile, self.scenario, self.check)
+            outcomes.append("passed" if again.passed else "failed")
+        if "passed" in outcomes:  # a flake: never a pass; at L1 the harness or backend is at fault
+            bug = " (an L1 check: a harness or backend bug)" if self.planned.tier == "L1" else ""
+            raise FlakyCheck(f"flaky{bug}: {', '.join(outcomes)} over {1 + reruns} runs; first: {result.summary}")
+        result.summary += f"; failed again in each of {reruns} rerun(s)"
+        return result
 
 
 class VadProfileFile(_ProfileCollector):

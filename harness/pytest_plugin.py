@@ -54,6 +54,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--model", action="append", default=[], help="model(s) to gate (profile names)")
     group.addoption("--parity-report", default=None, help="write the JSON report here (default: reports/)")
     group.addoption("--no-parity-report", action="store_true", help="do not write a JSON report")
+    group.addoption(
+        "--rerun-flaky", type=int, default=0, help="run a failing check N more times: flaky (an ERROR) or failing"
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -254,6 +254,12 @@ class ParitySession:
 
     # -- checks ------------------------------------------------------------------------------
 
+    def forget_runs(self, profile: Profile, scenario: Scenario) -> None:
+        """Drop the scenario's in-tree runs and localizations: the next check makes them anew."""
+        for cache in (self._records, self._localizations, self._prefetched, self._intree_errors):
+            for key in [k for k in cache if k[:2] == (profile.name, scenario.id)]:
+                del cache[key]
+
     def run_check(self, profile: Profile, scenario: Scenario, check: str) -> CheckResult:
         rebuilds = self.artifacts.rebuilt(profile.name)
         result = self._judge(profile, scenario, check)

@@ -165,3 +165,38 @@ def test_parity_help_says_other_arguments_go_to_pytest(capsys) -> None:
     parser, verbs = build_parser()
     text = verbs["parity"].format_help()
     assert "Every other argument goes to pytest" in text and "--lf" in text and "SCENARIO=" in text
+
+
+class _OnceBad:
+    """Nudges the `bad` scenarios' first attempt only: a flake (its `run` replaces _Runner's)."""
+
+    runs: dict[str, int] = {}
+
+    def run(self, spec, forced=None):
+        n = _OnceBad.runs[spec["id"]] = _OnceBad.runs.get(spec["id"], 0) + 1
+        record = FakeOracle.records([spec])[spec["id"]]
+        record.mode = "teacher_forced" if forced is not None else "free"
+        if spec["id"] in _Runner.bad and n <= 2:  # the first attempt's free and teacher-forced runs
+            record.logits[1, 3] = np.nextafter(record.logits[1, 3], np.float32(np.inf))
+        return record
+
+
+def test_rerun_flaky_calls_a_check_that_fails_then_passes_flaky_never_passed(
+    tree: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _Runner.bad = {"plain"}
+    monkeypatch.setattr(_OnceBad, "runs", {})
+    monkeypatch.setattr(_Runner, "run", _OnceBad.run)
+    args = ("--model", "tiny", "--scenario", "plain", "-k", "decode", "--rerun-flaky", "1")
+    code, out, rows = parity(tree, capsys, *args)
+    (row,) = rows
+    assert code == 1 and row["outcome"] == "error", row["summary"]
+    assert row["summary"].startswith("flaky (an L1 check: a harness or backend bug): failed, passed over 2 runs")
+
+
+def test_rerun_flaky_confirms_a_check_that_fails_every_time(tree: Path, capsys) -> None:
+    _Runner.bad = {"plain"}
+    args = ("--model", "tiny", "--scenario", "plain", "-k", "decode", "--rerun-flaky", "2")
+    code, out, rows = parity(tree, capsys, *args)
+    (row,) = rows
+    assert code == 1 and row["outcome"] == "failed" and row["summary"].endswith("failed again in each of 2 rerun(s)")
