@@ -56,7 +56,7 @@ class Line:
 
 
 def read_lines(db: Path, model: str | None, check: str | None) -> tuple[list[Line], int]:
-    where, params = [], []
+    where, params = ["u.kind = 'parity'"], []  # a sign-off's line repeats its parity runs' results
     if model:
         where.append("r.model = ?")
         params.append(model)
@@ -66,12 +66,13 @@ def read_lines(db: Path, model: str | None, check: str | None) -> tuple[list[Lin
     sql = (
         "SELECT u.id, u.started, u.commit_sha, u.dirty, u.device_key, r.model, r.scenario, r.check_name, r.tier, "
         "r.outcome, r.first_bad_step, r.module FROM results r JOIN runs u ON u.id = r.run_id"
-        + (" WHERE " + " AND ".join(where) if where else "")
+        + " WHERE "
+        + " AND ".join(where)
         + " ORDER BY u.id, r.rowid"
     )
     lines: dict[tuple, Line] = {}
     with connect(db, write=False) as conn:
-        total = conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+        total = conn.execute("SELECT COUNT(*) FROM runs WHERE kind = 'parity'").fetchone()[0]
         for row in conn.execute(sql, params):
             run = Run(row[0], row[1], row[2], None if row[3] is None else bool(row[3]), row[4])
             key = (row[5], row[6], row[7], row[4])

@@ -82,7 +82,8 @@ def load(paths: list[Path]) -> Matrix:
         if path.suffix in (".sqlite", ".db"):
             with connect(path, write=False) as conn:
                 runs = conn.execute(
-                    "SELECT id, finished, device_key, versions, harness_version FROM runs ORDER BY id"
+                    "SELECT id, finished, device_key, versions, harness_version FROM runs "
+                    "WHERE kind = 'parity' ORDER BY id"
                 ).fetchall()
                 for run_id, finished, key, versions, version in runs:
                     rows = conn.execute(

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from harness.cli.select import run_paths
 from harness.errors import HarnessError
+from harness.history.store import record, store_path
 from harness.paths import REPO_ROOT, reports_dir
 from harness.profile.load import available_profiles, find_profile
 from harness.progress import progress
@@ -78,6 +79,8 @@ def main(args: argparse.Namespace) -> int:
         if len(s.not_run) > 10:
             print(f"    ... and {len(s.not_run) - 10} more (summary.md lists every one)")
     print(f"sign-off written: {directory}/index.html")
+    if not args.from_report:  # a sign-off of its own runs: its line in the results store too
+        record(store_path(), "signoff", report.raw | {"verdict": s.verdict}, directory / "report.json")
     return EXIT_CODES.get(s.verdict, 1)
 
 
