@@ -59,9 +59,14 @@ def test_under_ci_plain_lines_carry_the_overall_count(monkeypatch: pytest.Monkey
 
 
 def test_a_run_prints_a_line_per_scenario_and_no_dots(tree, capsys, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    from harness.progress import progress
+
     monkeypatch.delenv("MLX_PARITY_QUIET", raising=False)
     monkeypatch.setenv("CI", "true")
-    code, out, err, rows = parity_streams(tree, capsys, "--model", "tiny", "-k", "logits")
+    lines = io.StringIO()  # the progress stream itself (pytest's nested capture cannot reroute it)
+    monkeypatch.setattr(progress, "console", Console(file=lines, width=200, color_system=None))
+    code, out, _, rows = parity_streams(tree, capsys, "--model", "tiny", "-k", "logits")
+    err = lines.getvalue()
     assert code == 0 and len(rows) == 6
     assert "parity [3/6 checks] tiny/plain: 3 checks, all passed" in err
     assert "parity [6/6 checks] tiny/chat: 3 checks, all passed" in err
