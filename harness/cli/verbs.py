@@ -59,6 +59,7 @@ def _bisect(p: argparse.ArgumentParser) -> None:
     p.add_argument("--good", help="a revision where the check passed")
     p.add_argument("--bad", help="a later revision where it fails")
     p.add_argument("--oracle-versions", help="DIST=FIRST..LAST: bisect the oracle's releases instead (its bits)")
+    p.add_argument("--every-release", action="store_true", help="with --oracle-versions: run every release")
     p.add_argument("--reruns", type=int, default=1, help="reruns per step before it decides (flake guard; default 1)")
     p.add_argument("--repo", help=argparse.SUPPRESS)  # another checkout (tests)
     p.add_argument("--pytest-args", default="", help='more pytest arguments for every step: --pytest-args="-k x"')

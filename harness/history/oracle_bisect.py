@@ -152,7 +152,12 @@ def run(args: argparse.Namespace) -> int:
         return base.logits.shape == other.logits.shape and base.logits.tobytes() == other.logits.tobytes()
 
     print(f"bisecting {dist} {', '.join(versions)} on {profile.name}/{scenario.id} ({oracle}'s generator):")
-    index = first_change(versions, same_as_first)
+    if args.every_release:  # each release looked at, not a bisection's few
+        index = next((i for i in range(1, len(versions)) if same_as_first(i) is False), None)
+        for i in range(len(versions)):
+            release(i)
+    else:
+        index = first_change(versions, same_as_first)
     if index is None:
         print(f"no release in {first}..{last} changed the bits of {profile.name}/{scenario.id}")
         return 0

@@ -356,10 +356,6 @@ def release_env(oracle: str, dist: str, version: str) -> OracleEnv:
     folder.mkdir(parents=True, exist_ok=True)
     file = folder / f"{oracle}-{dist}-{version}-{digest}.txt"
     file.write_text(pins)
-    env = OracleEnv(
-        name=f"{oracle} with {dist}=={version}",
-        root=cache_root() / "venvs" / f"{oracle}-{digest}",
-        pins_hash=digest,
-        pins=pins,
-    )
-    return ensure_built(env, lambda: check_mlx_pin(oracle, pins, project_mlx()), Pins(file))
+    env = OracleEnv(name=oracle, root=cache_root() / "venvs" / f"{oracle}-{digest}", pins_hash=digest, pins=pins)
+    what = f"oracle venv with {dist}=={version} of"
+    return ensure_built(env, lambda: check_mlx_pin(oracle, pins, project_mlx()), Pins(file), what)
