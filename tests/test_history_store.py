@@ -111,3 +111,32 @@ def test_a_newer_schema_is_refused_and_left_untouched(tmp_path: Path) -> None:
     with pytest.raises(HistoryError, match=f"schema version {len(MIGRATIONS) + 1} is newer"):
         record(db, "parity", {"started": "s", "finished": "f", "verdict": "PASS", "results": []}, None)
     assert db.read_bytes() == before
+
+
+def test_a_quality_run_is_appended_per_pair(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from harness.quality.cli import store_report
+
+    def pair(pid: str, parity_failed: bool, status: str | None) -> SimpleNamespace:
+        quality = None if status is None else SimpleNamespace(status=status, reasons=[f"{pid}: KL over its bound"])
+        named = SimpleNamespace(id=pid)
+        return SimpleNamespace(pair=named, oracle="mlx-lm", parity_failed=parity_failed, quality=quality)
+
+    results = [pair("q4", False, "PASS"), pair("q3", False, "FAIL"), pair("kv8", True, None)]
+    report = store_report("smollm2-135m", results, "2026-12-04T20:00:00+00:00", {"key": "cpu-x"})
+    assert report["verdict"] == "PARITY FAILURE"  # a cross-check failure outranks a quality line
+    db = tmp_path / "history.sqlite"
+    record(db, "quality", report, None)
+    with connect(db, write=False) as conn:
+        assert conn.execute("SELECT kind, verdict, device_key FROM runs").fetchall() == [
+            ("quality", "PARITY FAILURE", "cpu-x")
+        ]
+        rows = conn.execute("SELECT scenario, check_name, outcome FROM results ORDER BY rowid").fetchall()
+    assert rows == [
+        ("q4", "cross_check", "passed"),
+        ("q4", "quality", "passed"),
+        ("q3", "cross_check", "passed"),
+        ("q3", "quality", "failed"),
+        ("kv8", "cross_check", "failed"),
+    ]

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock
 
 from harness.errors import HarnessError
 
@@ -86,7 +89,20 @@ def _is_sqlite(path: Path) -> bool:
 
 @contextmanager
 def connect(path: Path, write: bool) -> Iterator[sqlite3.Connection]:
-    """The store at `path`, checked (and, to write, made or migrated); never altered when bad."""
+    """The store at `path`, checked (and, to write, made or migrated); never altered when bad.
+    Writers take `<path>.lock` first: one that finds the file half made by another (its header
+    not written yet) would otherwise call it corrupt."""
+    if not write:
+        with _connect(path, write) as conn:
+            yield conn
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock", timeout=BUSY_SECONDS), _connect(path, write) as conn:
+        yield conn
+
+
+@contextmanager
+def _connect(path: Path, write: bool) -> Iterator[sqlite3.Connection]:
     fresh = not path.exists() or path.stat().st_size == 0
     if not fresh and not _is_sqlite(path):
         raise HistoryError(
@@ -119,6 +135,19 @@ def _version(conn: sqlite3.Connection) -> int:
 
 
 def _migrate(conn: sqlite3.Connection, path: Path, write: bool) -> None:
+    """`_migrate_once`, again while another process holds the file being made (changing the
+    journal mode does not wait on SQLite's busy handler: it answers "locked" at once)."""
+    deadline = time.monotonic() + BUSY_SECONDS
+    while True:
+        try:
+            return _migrate_once(conn, path, write)
+        except sqlite3.OperationalError as e:
+            if not any(w in str(e) for w in ("locked", "busy")) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _migrate_once(conn: sqlite3.Connection, path: Path, write: bool) -> None:
     version = _version(conn)
     if version > len(MIGRATIONS):
         raise HistoryError(
@@ -140,7 +169,8 @@ def _migrate(conn: sqlite3.Connection, path: Path, write: bool) -> None:
             conn.execute("INSERT INTO migrations VALUES (?, datetime('now'))", (step + 1,))
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
 
 
@@ -189,7 +219,8 @@ def record(path: Path, kind: str, report: dict[str, Any], report_path: Path | No
             )
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
     return run_id
 

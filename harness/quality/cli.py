@@ -9,10 +9,12 @@ parity failure); 2 bad input (a profile key, an artifact, the oracle), nothing w
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -61,6 +63,29 @@ def write_report(model: str, results: list[PairResult], out: Path | None = None)
     return write_signoff_dir(out or reports_dir(), f"quality-{model}-{facts.key}", files)
 
 
+def store_report(model: str, results: list[PairResult], started: str, facts: dict[str, Any]) -> dict[str, Any]:
+    """The run as the results store takes it (harness/history/store.py): per pair, the in-tree
+    cross-check (parity) and, where the pair states thresholds, its quality line."""
+    rows = []
+    for r in results:
+        base = {"model": model, "scenario": r.pair.id, "tier": "quality", "oracle": r.oracle}
+        rows.append(base | {"check": "cross_check", "outcome": "failed" if r.parity_failed else "passed"})
+        if r.quality is not None:
+            outcome = "passed" if r.quality.status == "PASS" else "failed"
+            rows.append(base | {"check": "quality", "outcome": outcome, "summary": "; ".join(r.quality.reasons)})
+    for row in rows:
+        row.setdefault("summary", "")
+    verdict = {0: "PASS", 1: "PARITY FAILURE", 3: "QUALITY FAIL"}[exit_code(results)]
+    finished = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    return {
+        "started": started,
+        "finished": finished,
+        "verdict": verdict,
+        "context": {"device": facts, "models": [model]},
+        "results": rows,
+    }
+
+
 def exit_code(results: list[PairResult]) -> int:
     if any(r.parity_failed for r in results):
         return 1
@@ -71,9 +96,15 @@ def exit_code(results: list[PairResult]) -> int:
 
 def run(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=False, width=max(Console().width, 200))
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     try:
         results = measure(args.model, args.pair)
         directory = write_report(args.model, results, Path(args.out) if args.out else None)
+        from harness.history.store import record, store_path
+        from harness.provenance import device_facts
+
+        report = store_report(args.model, results, started, device_facts().as_dict())
+        record(store_path(), "quality", report, directory / "quality.json")
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
