@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from harness.artifacts.resolve import ResolvedArtifact
 from harness.provenance import device_facts
@@ -64,3 +65,18 @@ def fake_session(model_dir: Path, weights_hash: str = "w0") -> ParitySession:
         "tiny"
     )  # a fake artifact has no files to read in full (tests/test_bitrot.py)
     return session
+
+
+class FakeSessionPlugin:
+    """A pytest plugin that gives a parity run the fake session, `runner` as profile tiny's in-tree side."""
+
+    def __init__(self, root: Path, runner: Any):
+        self.root, self.runner = root, runner
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_configure(self, config: pytest.Config) -> None:
+        from harness.pytest_items import _SESSION_KEY
+
+        session = fake_session(self.root)
+        session._runners["tiny"] = self.runner
+        config.stash[_SESSION_KEY] = session

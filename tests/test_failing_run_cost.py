@@ -15,23 +15,14 @@ import pytest
 from harness.checks.localize import Localization
 from harness.records import ScenarioRecord
 from harness.session import ParitySession
-from tests.conftest import write_profile
+from tests.conftest import VALID_PROFILE, write_profile
 from tests.fakes import FakeOracle, fake_session
 
-THREE = textwrap.dedent(
+# ids of distinct lengths: the fake oracle seeds by it
+THREE = VALID_PROFILE.format(name="tiny").split("scenarios:")[0] + textwrap.dedent(
     """\
-    name: tiny
-    implementation: universal-llama
-    tier: L1
-    oracle: mlx-lm
-    artifact:
-      source: hub
-      repo: example-org/tiny-llama
-      revision: 0123456789abcdef0123456789abcdef01234567
-    expect:
-      model_type: llama
     scenarios:
-      - {id: a, prompt: "Hello", steps: 3}  # ids of distinct lengths: the fake oracle seeds by it
+      - {id: a, prompt: "Hello", steps: 3}
       - {id: bb, prompt: "Hello there", steps: 3}
       - {id: ccc, prompt: "Hello again", steps: 3}
     """

@@ -23,7 +23,7 @@ from harness.errors import UsageError
 from harness.paths import REPO_ROOT
 from harness.records import ScenarioRecord
 from tests.conftest import write_profile
-from tests.fakes import FakeOracle, fake_session
+from tests.fakes import FakeOracle, FakeSessionPlugin
 
 
 class _Runner:
@@ -37,19 +37,6 @@ class _Runner:
         if spec["id"] in _Runner.bad:
             record.logits[1, 3] = np.nextafter(record.logits[1, 3], np.float32(np.inf))
         return record
-
-
-class _FakeSession:
-    def __init__(self, root: Path):
-        self.root = root
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_configure(self, config: pytest.Config) -> None:
-        from harness.pytest_items import _SESSION_KEY
-
-        session = fake_session(self.root)
-        session._runners["tiny"] = _Runner()
-        config.stash[_SESSION_KEY] = session
 
 
 @pytest.fixture
@@ -73,7 +60,7 @@ def parity_streams(root: Path, capsys: pytest.CaptureFixture, *argv: str) -> tup
     args, extra = parser.parse_known_args(["parity", *argv])
     args.extra = extra
     before = set((root / "reports").glob("*.json"))
-    code = int(pytest.main(pytest_arguments(args), plugins=[_FakeSession(root)]))
+    code = int(pytest.main(pytest_arguments(args), plugins=[FakeSessionPlugin(root, _Runner())]))
     captured = capsys.readouterr()
     written = sorted(set((root / "reports").glob("*.json")) - before)
     rows = json.loads(written[-1].read_text())["results"] if written else []

@@ -16,7 +16,7 @@ import pytest
 from harness import timing
 from harness.records import ScenarioRecord
 from tests.conftest import write_profile
-from tests.fakes import FakeOracle, fake_session
+from tests.fakes import FakeOracle, FakeSessionPlugin
 
 
 def test_nested_phases_are_charged_exclusively(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -114,19 +114,6 @@ class _SlowRunner:
         return record
 
 
-class _FakeSessionPlugin:
-    def __init__(self, root: Path):
-        self.root = root
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_configure(self, config: pytest.Config) -> None:
-        from harness.pytest_items import _SESSION_KEY
-
-        session = fake_session(self.root)
-        session._runners["tiny"] = _SlowRunner()
-        config.stash[_SESSION_KEY] = session
-
-
 def test_a_run_reports_its_phase_breakdown_summing_to_the_wall_time(
     isolated: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
@@ -137,7 +124,7 @@ def test_a_run_reports_its_phase_breakdown_summing_to_the_wall_time(
     report = isolated / "reports" / "run.json"
     args = [str(isolated / "profiles"), "-p", "harness.pytest_plugin", "-p", "no:cacheprovider"]
     args += ["--model", "tiny", "--parity-report", str(report), "-k", "decode_logits or teacher_forced_logits"]
-    code = pytest.main(args, plugins=[_FakeSessionPlugin(isolated)])
+    code = pytest.main(args, plugins=[FakeSessionPlugin(isolated, _SlowRunner())])
     out = capsys.readouterr().out
     assert code == 0, out[-3000:]
     data = json.loads(report.read_text())

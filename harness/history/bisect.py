@@ -19,6 +19,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 
 from harness.errors import HarnessError, UsageError
@@ -52,7 +53,7 @@ def run_step(args: argparse.Namespace) -> int:
     scenario, check = args.check.split("/", 1)
     outcomes, out = [], Path(args.work)
     for attempt in range(1 + args.reruns):
-        report = out / f"step-{attempt}-{next(tempfile._get_candidate_names())}.json"
+        report = out / f"step-{uuid.uuid4().hex}-{attempt}.json"
         command = [sys.executable, "-m", "harness", "parity", "--model", args.model, "--scenario", scenario]
         command += ["--check", check, "--report", str(report), *shlex.split(args.pytest_args or "")]
         run_command(command, cwd=Path.cwd())
