@@ -9,6 +9,11 @@ PY := $(VENV)/bin/python
 MODEL ?= smollm2-135m
 # pytest-xdist workers for `make test` (2 cores here).
 WORKERS ?= auto
+# DEVICE=cpu|gpu: the MLX device every side computes on (MLX_PARITY_DEVICE, checked by the harness;
+# a hosted macOS runner's paravirtual GPU is refused, its CPU is not: docs/ci.md). Unset: MLX's default.
+ifneq ($(DEVICE),)
+export MLX_PARITY_DEVICE := $(DEVICE)
+endif
 # $(call q,TEXT): TEXT as one single-quoted shell word. A user-supplied variable (MODEL, the
 # model lists, WORKERS, PYTHON) is data, never shell code: `make parity MODEL='a b; touch X'`
 # asks for the model "a b; touch X" (unknown: exit 2) and runs nothing else. ARGS alone is
@@ -26,7 +31,7 @@ $(VENV)/.installed: requirements.txt
 	$(VENV)/bin/pip install --no-input -q -r requirements.txt
 	touch $@
 
-## make parity [MODEL=name] [SCENARIO=id [CHECK=name]] [K=expr] [RERUN_FLAKY=n] [ARGS=...]: gate one model against its oracle (default: the embedded model); SCENARIO/CHECK pick one scenario/check, K is pytest's -k (make itself owns -k), ARGS go to pytest (--lf, -x, node ids)
+## make parity [MODEL=name] [SCENARIO=id [CHECK=name]] [K=expr] [RERUN_FLAKY=n] [DEVICE=cpu|gpu] [ARGS=...]: gate one model against its oracle (default: the embedded model) on MLX's default device or DEVICE's; SCENARIO/CHECK pick one scenario/check, K is pytest's -k (make itself owns -k), ARGS go to pytest (--lf, -x, node ids)
 parity: venv
 	$(PY) -m harness parity --model $(call q,$(MODEL)) $(if $(SCENARIO),--scenario $(call q,$(SCENARIO))) $(if $(CHECK),--check $(call q,$(CHECK))) $(if $(K),-k $(call q,$(K))) $(if $(RERUN_FLAKY),--rerun-flaky $(call q,$(RERUN_FLAKY))) $(ARGS)
 

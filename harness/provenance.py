@@ -27,7 +27,8 @@ import re
 import subprocess
 from dataclasses import asdict, dataclass
 
-from harness.errors import HarnessError, OracleError
+from harness.device import hypervisor_present, paravirtual_metal, passed_over_gpu, requested_device, select_device
+from harness.errors import OracleError
 from harness.oracle.descriptor import oracle_family
 from harness.oracle.pins import comparison_mlx
 from harness.oracle.venvs import TorchFacts, ensure_oracle_env, torch_facts
@@ -73,6 +74,8 @@ class DeviceFacts:
     os_version: str = ""  # macOS major.minor (Metal kernels ship with the OS); else the kernel release
     gpu_name: str = ""  # Metal: the device's own name ("Apple M2 Max", "Apple Paravirtual device")
     virtual: str = ""  # Metal: why the device is a virtual machine's (empty: real hardware)
+    requested: str = ""  # MLX_PARITY_DEVICE: "cpu" or "gpu" ("": MLX's default device)
+    passed_over: str = ""  # the CPU was requested: the GPU not used, and why it is a virtual one's
 
     @property
     def key(self) -> str:
@@ -230,15 +233,15 @@ def classify_blas(libraries: list[str]) -> str:
 def device_facts() -> DeviceFacts:
     import mlx.core as mx
 
-    device = mx.default_device()
-    backend = "gpu" if device.type == mx.gpu else "cpu"
+    select_device()  # MLX_PARITY_DEVICE's device made MLX's default before anything runs on it
+    backend = "gpu" if mx.default_device().type == mx.gpu else "cpu"
     gpu = gpu_name = virtual = ""
     if backend == "gpu":
         info = mx.device_info() if hasattr(mx, "device_info") else {}
         if platform.system() == "Darwin":  # Metal: the architecture string, e.g. applegpu_g15s
             gpu = str(info.get("architecture") or info.get("device_name") or "metal")
             gpu_name = str(info.get("device_name") or "")
-            virtual = paravirtual_metal(gpu_name, _hypervisor_present()) or ""
+            virtual = paravirtual_metal(gpu_name, hypervisor_present()) or ""
         else:
             gpu = str(info.get("device_name") or info.get("architecture") or "gpu")
     return DeviceFacts(
@@ -253,50 +256,16 @@ def device_facts() -> DeviceFacts:
         os_version=os_version(),
         gpu_name=gpu_name,
         virtual=virtual,
+        requested=requested_device(),
+        passed_over=_passed_over(),
     )
 
 
-VIRTUAL_GPU_NAMES = ("paravirtual", "(virtual)")  # "Apple Paravirtual device", "Apple M1 (Virtual)"
-
-
-def paravirtual_metal(device_name: str, hypervisor: bool | None) -> str | None:
-    """Why this Metal device belongs to a virtual machine (GitHub's hosted arm64 macOS runners:
-    Apple's Virtualization Framework gives them a paravirtual GPU without Metal Performance
-    Shaders, on which Metal compute is unreliable); None on real hardware."""
-    reasons = []
-    if any(word in device_name.lower() for word in VIRTUAL_GPU_NAMES):
-        reasons.append(f"MLX names the GPU {device_name!r}")
-    if hypervisor:
-        reasons.append("macOS runs under a hypervisor (sysctl kern.hv_vmm_present = 1)")
-    return " and ".join(reasons) or None
-
-
-def _hypervisor_present() -> bool | None:
-    """macOS's kern.hv_vmm_present, read through libc (no process); None where unreadable."""
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"))
-        value, size = ctypes.c_int(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_int))
-        if libc.sysctlbyname(b"kern.hv_vmm_present", ctypes.byref(value), ctypes.byref(size), None, 0) != 0:
-            return None
-    except (OSError, AttributeError):
-        return None
-    return bool(value.value)
-
-
-def check_real_device(facts: DeviceFacts) -> None:
-    """Refuse to make or judge Metal goldens on a virtual machine's paravirtual GPU."""
-    if facts.backend != "gpu" or facts.os != "darwin" or not facts.virtual:
-        return
-    raise HarnessError(
-        f"this Metal device is a virtual machine's ({facts.virtual}): Metal goldens made or judged here "
-        "would be a paravirtual device's, and Metal compute is unreliable on it. Either run on a "
-        "self-hosted Apple Silicon runner with its real GPU (labels self-hosted, macOS, ARM64, metal: "
-        "docs/ci.md), or gate on the CPU instead (the Linux CPU job; the hosted macOS job's CPU device "
-        "is in docs/ci.md)"
-    )
+def _passed_over() -> str:
+    gpu = passed_over_gpu(platform.system().lower())
+    if not gpu:
+        return ""
+    return f"{gpu['name'] or 'a GPU'}" + (f" (a virtual machine's: {gpu['virtual']})" if gpu["virtual"] else "")
 
 
 def package_version(dist: str) -> str | None:

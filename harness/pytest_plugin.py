@@ -19,6 +19,7 @@ import pytest
 from harness.checks.vad import segments_coverage, walked_segments
 from harness.coverage import SCENARIO as COVERAGE_SCENARIO
 from harness.coverage import Coverage, judge_coverage
+from harness.device import check_real_device
 from harness.errors import HarnessError, unknown
 from harness.goldens.lifecycle import harness_commit
 from harness.model_provenance import model_provenance
@@ -27,7 +28,7 @@ from harness.profile import Profile
 from harness.profile.load import EXTERNAL, available_profiles, load_profile
 from harness.profile.vad import VadProfile, available_vad_profiles, load_vad_profile
 from harness.progress import progress
-from harness.provenance import check_real_device, device_facts
+from harness.provenance import device_facts
 from harness.pytest_counter import RunCounter
 from harness.pytest_items import (
     _VAD_KEY,

@@ -247,6 +247,16 @@ def timing_line(timing: dict[str, Any]) -> str:
     return f"time to verdict: {timing.get('wall_seconds', 0.0):.1f} s wall ({parts}; -v for every phase)"
 
 
+def device_notes(device: dict[str, Any]) -> list[str]:
+    """The device a run was asked for (MLX_PARITY_DEVICE), and the GPU it passed over."""
+    if not device.get("requested"):
+        return []
+    text = f"device: {device.get('backend')} (MLX_PARITY_DEVICE={device['requested']}), golden key {device.get('key')}"
+    if device.get("passed_over"):
+        text += f"; not on this machine's GPU, {device['passed_over']}"
+    return [text]
+
+
 def notes(report: dict[str, Any], width: int, where: str | None) -> list[Line]:
     context = report.get("context", {})
     texts = list(context.get("coverage", []))
@@ -264,6 +274,7 @@ def notes(report: dict[str, Any], width: int, where: str | None) -> list[Line]:
         texts.append(
             f"not run, the run stopped early (-x / --maxfail): {len(names)} checks: {', '.join(names[:4])}{more}"
         )
+    texts += device_notes(context.get("device", {}))
     out = [Line(t) for t in texts]  # whole lines: the terminal wraps them, a search finds them
     if "timing" in report:
         out.append(Line(timing_line(report["timing"])))

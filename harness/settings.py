@@ -37,7 +37,7 @@ class Setting:
 
     name: str
     field: str
-    kind: str  # flag | directory | path | text | present
+    kind: str  # flag | directory | path | text | choice | present
     default: object
     doc: str
     ours: bool = True  # an MLX_PARITY_* variable, or one the harness honours from its tools
@@ -65,6 +65,14 @@ SETTINGS = (
         "flag",
         False,
         "refuse a profile's deterministic twin: the real artifact is required",
+    ),
+    Setting(
+        "MLX_PARITY_DEVICE",
+        "device",
+        "choice",
+        "",
+        "the MLX device every side computes on: cpu or gpu (`make parity DEVICE=cpu`); unset: MLX's default "
+        "(the GPU where there is one). The CPU keys its own goldens (docs/ci.md: a hosted macOS runner's CPU)",
     ),
     Setting("MLX_PARITY_CACHE", "cache", "directory", "<repo>/.cache", "venvs, artifacts, golden blobs, work folders"),
     Setting("MLX_PARITY_PROFILES", "profiles", "directory", "<repo>/profiles", "where the model profiles are read"),
@@ -151,6 +159,7 @@ class Settings:
     localize: bool
     overlap: bool
     require_real: bool
+    device: str
     cache: Path
     profiles: Path
     goldens: Path
@@ -188,6 +197,18 @@ def _directory(setting: Setting, value: str | None) -> Path:
     return Path(value).expanduser().resolve()
 
 
+CHOICES = {"MLX_PARITY_DEVICE": ("cpu", "gpu")}
+
+
+def _choice(setting: Setting, value: str | None) -> str:
+    value = (value or "").strip().lower()
+    if value and value not in CHOICES[setting.name]:
+        raise SettingError(
+            f"{setting.name}={value!r}: expected one of {', '.join(CHOICES[setting.name])}, or unset for the default"
+        )
+    return value
+
+
 def _hub_offline(value: str | None) -> bool:
     # huggingface_hub's own reading: anything but unset, empty or 0 is offline (no error: not ours).
     return (value or "").strip() not in ("", "0")
@@ -203,6 +224,8 @@ def _parse(values: tuple[str | None, ...]) -> Settings:
             parsed = _directory(setting, value)
         elif setting.kind == "path":
             parsed = Path(value).expanduser() if value else None
+        elif setting.kind == "choice":
+            parsed = _choice(setting, value)
         elif setting.kind == "present":
             parsed = bool(value) or bool(fields.get(setting.field))
         else:

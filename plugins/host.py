@@ -8,7 +8,7 @@ The factory (called once, with no arguments) returns an object with:
 
 - `info` (optional dict): `name`, `version`, `produces` ("llm" or "speech", default "llm"),
   `decodes` (default ["eager"]), `environment` (merged over what the host finds: mlx's version
-  and default device);
+  and default device, which is `MLX_PARITY_DEVICE`'s where that is set);
 - `load(model_dir: str) -> None`;
 - `run(spec: dict, forced: dict | None, decode: str) -> dict`: the record's meta (docs/records.md:
   `rendered_prompt`, `prompt_ids`, `tokens`, `eos_ids`, optional fields) plus `logits` (a 2-D
@@ -21,6 +21,7 @@ serves on.
 
 import importlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import sys
@@ -112,9 +113,24 @@ def serve(impl, lines):
             say({"op": "error", "id": message.get("id"), "message": f"{type(e).__name__}: {e}"})
 
 
+def select_device():
+    """MLX_PARITY_DEVICE (cpu or gpu): MLX's default device for the implementation, made so before
+    it is imported (a module may make its streams on the default device when imported)."""
+    wanted = os.environ.get("MLX_PARITY_DEVICE", "").strip().lower()
+    if not wanted or importlib.util.find_spec("mlx") is None:
+        return
+    import mlx.core as mx
+
+    device = mx.cpu if wanted == "cpu" else mx.gpu
+    if not mx.is_available(device):
+        sys.exit(f"MLX_PARITY_DEVICE={wanted}: this venv's MLX has no {wanted.upper()}")
+    mx.set_default_device(device)
+
+
 def main():
     if len(sys.argv) < 2 or ":" not in sys.argv[1]:
         sys.exit("usage: host.py package.module:factory [FOLDER...]")
+    select_device()
     sys.path[:0] = sys.argv[2:]
     module, _, name = sys.argv[1].partition(":")
     impl = getattr(importlib.import_module(module), name)()

@@ -11,9 +11,10 @@ import sys
 
 import pytest
 
+from harness.device import check_real_device, paravirtual_metal
 from harness.errors import HarnessError
 from harness.paths import REPO_ROOT
-from harness.provenance import DeviceFacts, check_real_device, paravirtual_metal
+from harness.provenance import DeviceFacts
 
 REAL = DeviceFacts("gpu", "arm64", "darwin", "Apple M2 Max", "apple", "accelerate", "0.32.4", "applegpu_g14s", "15.1")
 
@@ -47,10 +48,11 @@ def test_a_paravirtual_metal_device_is_refused_naming_why_and_the_ways_forward()
 def test_make_parity_stops_before_anything_runs_on_a_paravirtual_device(isolated) -> None:
     """Through the command line: the faked device comes from a plugin that replaces the facts."""
     plugin = (
-        "import dataclasses\nimport harness.provenance as p\nimport harness.pytest_plugin as pp\n"
+        "import dataclasses\nimport harness.device as d\nimport harness.provenance as p\n"
+        "import harness.pytest_plugin as pp\n"
         "real = p.device_facts()\n"
         "fake = dataclasses.replace(real, backend='gpu', os='darwin', gpu_name='Apple Paravirtual device',"
-        " virtual=p.paravirtual_metal('Apple Paravirtual device', None))\n"
+        " virtual=d.paravirtual_metal('Apple Paravirtual device', None))\n"
         "pp.device_facts = lambda: fake\n"
     )
     (isolated / "fake_metal.py").write_text(plugin)

@@ -36,6 +36,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
 
 def main(argv: list[str] | None = None) -> int:
     from harness.cli.verbs import BY_NAME
+    from harness.device import select_device
     from harness.settings import check_all
 
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv[1:]  # the verb's own command line, for results that record how they were made
     module, function = verb.target.split(":")
     try:
+        select_device()  # MLX_PARITY_DEVICE's device is MLX's default before any model module is imported
         return int(getattr(importlib.import_module(module), function)(args))
     except UsageError as e:
         subparsers[verb.name].error(str(e))

@@ -19,8 +19,9 @@ def parity(args: argparse.Namespace) -> int:
 
 
 def goldens(args: argparse.Namespace) -> int:
+    from harness.device import check_real_device
     from harness.profile.vad import available_vad_profiles
-    from harness.provenance import check_real_device, device_facts
+    from harness.provenance import device_facts
     from harness.session import ParitySession
     from harness.tools.vad import run_gate
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from harness import settings
+from harness.device import device_bootstrap
 from harness.errors import OracleError, OracleVersionError
 from harness.oracle.descriptor import ORACLE_DISTRIBUTIONS, descriptor, is_mlx_free, oracle_family
 from harness.oracle.pins import check_mlx_pin, nodeps_pins_path, pins_hash, pins_path, project_mlx, read_pins
@@ -60,6 +61,7 @@ class OracleEnv:
     def command(self, *args: str) -> tuple[list[str], dict[str, str]]:
         """How to run the oracle's interpreter: isolated (`-I`), or an external one on its PYTHONPATH."""
         env = {k: v for k, v in settings.environment().items() if not k.startswith("PYTHON")}
+        args = tuple(device_bootstrap(list(args)))  # a script runs on MLX_PARITY_DEVICE's device
         if self.external_python is None:
             return [str(self.python), "-I", *args], env
         return [str(self.python), "-s", *args], env | {"PYTHONPATH": self.external_path}

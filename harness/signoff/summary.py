@@ -22,6 +22,14 @@ def _artifacts(doc: SignoffReport) -> str:
     return ", ".join(out) or "none"
 
 
+def _requested(device: dict[str, str]) -> str:
+    """The device MLX_PARITY_DEVICE asked for, and the GPU passed over (a hosted Mac's paravirtual one)."""
+    if not device.get("requested"):
+        return ""
+    text = f": the {device.get('backend')} device (MLX_PARITY_DEVICE={device['requested']})"
+    return text + (f", not this machine's GPU, {device['passed_over']}" if device.get("passed_over") else "")
+
+
 def render_summary(doc: SignoffReport) -> str:
     s, p = doc.signoff, doc.parity
     counts = ", ".join(f"{k} {n}" for k, n in s.counts.items())
@@ -29,7 +37,7 @@ def render_summary(doc: SignoffReport) -> str:
         f"# Parity sign-off: {s.verdict}",
         "",
         f"- harness {s.harness_version}, commit `{p.harness_commit}`",
-        f"- device `{s.device_key}`",
+        f"- device `{s.device_key}`{_requested(p.device)}",
         f"- run {p.started} → {p.finished}; rendered {s.generated}",
         f"- models: {', '.join(s.requested_models) or 'none'}; {len(s.checks)} checks: {counts}",
         f"- artifacts: {_artifacts(doc)}",
