@@ -719,7 +719,7 @@ def test_workflows_do_what_the_issue_asks() -> None:
     job, matrix = nightly["jobs"]["signoff"], nightly["jobs"]["matrix"]
     # Real Metal: a self-hosted Apple Silicon runner (GitHub's hosted arm64 macOS GPU is paravirtual).
     assert job["runs-on"] == ["self-hosted", "macOS", "ARM64", "metal"]
-    assert matrix["needs"] == "signoff" and matrix["if"] == "always()"
+    assert matrix["needs"] == ["signoff", "hosted-cpu"] and matrix["if"] == "always()"
     assert any("python -m harness matrix" in s.get("run", "") for s in matrix["steps"])
     steps = job["steps"]
     cached = " ".join(s["with"]["path"] for s in steps if "actions/cache" in s.get("uses", "") and "path" in s["with"])
