@@ -178,3 +178,39 @@ def test_asking_for_a_paravirtual_gpu_is_refused_naming_the_cpu_way(monkeypatch:
         with pytest.raises(HarnessError) as refused:
             check_real_device(facts)
         assert chosen in str(refused.value) and "make parity DEVICE=cpu" in str(refused.value)
+
+
+def _parity_plain(root: Path, **env: str) -> tuple[dict, dict, str]:
+    """`parity --scenario plain` of smollm2-135m with goldens made afresh by the oracle into `root`."""
+    for sub in ("goldens", "reports"):
+        (root / sub).mkdir(parents=True)
+    dirs = {f"MLX_PARITY_{s.upper()}": str(root / s) for s in ("goldens", "reports")}
+    clean = {k: v for k, v in os.environ.items() if k != "MLX_PARITY_DEVICE"}
+    out = subprocess.run(
+        [sys.executable, "-m", "harness", "parity", "--model", "smollm2-135m", "--scenario", "plain"],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env=clean | dirs | {"MLX_PARITY_HISTORY": str(root / "h.sqlite"), "MLX_PARITY_QUIET": "1", **env},
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    (golden,) = (root / "goldens" / "smollm2-135m").glob("*/plain.json")
+    (report,) = (root / "reports").glob("parity-*.json")
+    return json.loads(golden.read_text()), json.loads(report.read_text()), out.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("smollm2-135m")
+def test_a_golden_made_through_the_bootstrap_is_the_direct_run_s_bit_for_bit(tmp_path: Path) -> None:
+    """The real oracle (mlx-lm's venv) on the CPU, once run directly and once through the device
+    bootstrap: every recorded bit and provenance field is the same; the run says what was asked."""
+    direct, direct_report, direct_out = _parity_plain(tmp_path / "direct")
+    booted, booted_report, booted_out = _parity_plain(tmp_path / "booted", MLX_PARITY_DEVICE="cpu")
+    for when in ("harness_commit", "generated_at"):
+        direct.pop(when), booted.pop(when)
+    assert booted == direct
+    assert booted["oracle_environment"]["device"] == "Device(cpu, 0)"
+    assert booted_report["context"]["device"]["requested"] == "cpu"
+    assert direct_report["context"]["device"]["requested"] == ""
+    assert "device: cpu (MLX_PARITY_DEVICE=cpu), golden key" in booted_out and "MLX_PARITY_DEVICE" not in direct_out
