@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import math
 
 from harness.paths import REPO_ROOT
 
@@ -64,3 +65,20 @@ def test_a_non_finite_number_is_the_same_whether_written_bare_or_as_text() -> No
     bare = _moved(record__tokens=[float("-inf"), 1.5])
     assert compare.differences(bare, _moved(record__tokens=["-Infinity", 1.5])) == []
     assert compare.differences(bare, _moved(record__tokens=["Infinity", 1.5])) == [("record.tokens[0]", "BITS")]
+
+
+def test_a_derived_logsumexp_may_move_one_float64_ulp_and_no_more() -> None:
+    """The harness's own float64 summary of a row (numpy's SIMD exp differs between CPUs): one ULP
+    is `derived`; two ULPs, a logsumexp elsewhere than a compact golden, or a row hash is BITS."""
+    lse = 13.1663612866952
+    base = copy.deepcopy(MANIFEST)
+    base["compact"]["logits"]["logsumexp"] = [1.5, lse]
+    one = copy.deepcopy(base)
+    one["compact"]["logits"]["logsumexp"][1] = 13.166361286695198  # H200's Xeon against the EPYC: one ULP
+    assert math.nextafter(lse, 0) == 13.166361286695198
+    assert compare.differences(base, one) == [("compact.logits.logsumexp[1]", "derived")]
+    two = copy.deepcopy(base)
+    two["compact"]["logits"]["logsumexp"][1] = math.nextafter(math.nextafter(lse, 0), 0)
+    assert compare.differences(base, two) == [("compact.logits.logsumexp[1]", "BITS")]
+    elsewhere = _moved(record__tokens=[5, 6, 7.000000000000001])
+    assert compare.differences(_moved(record__tokens=[5, 6, 7.0]), elsewhere) == [("record.tokens[2]", "BITS")]
