@@ -7,7 +7,8 @@ fixture renders exactly what the run printed (tests/test_screen.py; docs/screens
    or error) as a few labelled lines (what differs, where, by how much against the logit range,
    the first diverging module, both top-5s, KL and top-1 agreement at that step, the command
    that reruns exactly that check), the others one line per cause, counted by check;
-2. a scenario x check matrix per model;
+2. a scenario x check matrix per model (at most MATRIX_ROWS rows, the failing scenarios first in
+   line; the rest fold into a line);
 3. notes: which scenario walked each declared path, what this backend does not run, what -x
    left unrun, the time to verdict, the report's path;
 4. the verdict, last.
@@ -24,6 +25,7 @@ from typing import Any
 
 FULL_BLOCKS = 2  # non-passing checks shown in full: the first of each cause (harness/screen.py cause)
 SHORT_LINES = 10  # then one line per cause for the rest
+MATRIX_ROWS = 16  # scenario rows per model; beyond them, the passing ones (then any) fold into a line
 MARK = {"passed": "✓", "failed": "F", "error": "E"}
 
 
@@ -215,7 +217,10 @@ def matrix(results: list[dict[str, Any]], width: int) -> list[Line]:
         title = f"{model}: {len(scenarios)} scenarios x {len(checks)} checks"
         out.append(Line(f"{title}   ✓ pass  F fail  E error  · not planned", "bold"))
         out.append(Line(" " * (name_width + 4) + "".join(f"{n:>3}" for n in range(1, len(checks) + 1))))
-        for scenario in scenarios:
+        failing = [s for s in scenarios if any(c["outcome"] != "passed" for c in rows if c["scenario"] == s)]
+        shown = set(failing[:MATRIX_ROWS])
+        shown |= set([s for s in scenarios if s not in shown][: MATRIX_ROWS - len(shown)])
+        for scenario in (s for s in scenarios if s in shown):
             marks, tier, bad = [], "", False
             for check in checks:
                 cell = cells.get((scenario, check))
@@ -225,8 +230,20 @@ def matrix(results: list[dict[str, Any]], width: int) -> list[Line]:
             name = scenario if len(scenario) <= name_width else scenario[: name_width - 1] + "…"
             text = f"{name:<{name_width}} {tier:<3}" + "".join(f"{m:>3}" for m in marks)
             out.append(Line(text, "red" if bad else None))
+        out += _folded([s for s in scenarios if s not in shown], set(failing), width)
         out += [Line(t) for t in _legend([f"{n} {c}" for n, c in enumerate(checks, 1)], width)]
         out.append(Line(""))
+    return out
+
+
+def _folded(hidden: list[str], failing: set[str], width: int) -> list[Line]:
+    """The scenario rows past MATRIX_ROWS, one line each for the passing and the failing ones."""
+    out = []
+    for bad, what in ((False, "every planned check passed"), (True, "a check did not pass")):
+        names = [s for s in hidden if (s in failing) == bad]
+        if names:
+            text = _cut(f"+ {len(names)} more scenarios where {what}: {', '.join(names)}", 2 * width - 1)
+            out.append(Line(text, "red" if bad else None))
     return out
 
 

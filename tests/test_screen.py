@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.paths import REPO_ROOT
-from harness.screen import FULL_BLOCKS, render
+from harness.screen import FULL_BLOCKS, MATRIX_ROWS, matrix, render
 
 SCREENS = REPO_ROOT / "docs" / "screens"
 FIXTURES = Path(__file__).parent / "fixtures" / "screens"
@@ -81,3 +81,33 @@ def test_rendering_wraps_long_labelled_text_and_never_the_rerun_command() -> Non
     assert len(command) > 80 and command.endswith(f"CHECK={row['check']}")
     wrapped = [line for line in out if line.startswith("  ") and not line.startswith("    make")]
     assert all(len(line) <= 80 for line in wrapped), textwrap.shorten(str(wrapped), 200)
+
+
+def _rows(outcomes: dict[str, str], n: int) -> list[dict]:
+    """n scenarios x 3 checks, all passing but for `outcomes` (scenario: outcome of its 2nd check)."""
+    return [
+        {
+            "model": "big",
+            "scenario": f"s{i:02d}",
+            "check": check,
+            "tier": "L1",
+            "outcome": outcomes.get(f"s{i:02d}", "passed") if check == "c2" else "passed",
+        }
+        for i in range(n)
+        for check in ("c1", "c2", "c3")
+    ]
+
+
+def test_a_large_profile_s_matrix_keeps_to_its_rows_failing_scenarios_first() -> None:
+    shown = [line.text for line in matrix(_rows({}, MATRIX_ROWS), 80)]
+    assert sum(line.startswith("s") for line in shown) == MATRIX_ROWS and not any("more scenarios" in x for x in shown)
+    lines = [line.text for line in matrix(_rows({"s20": "failed", "s25": "error"}, 30), 80)]
+    rows = [line.split()[0] for line in lines if line.startswith("s")]
+    assert len(rows) == MATRIX_ROWS and {"s20", "s25"} <= set(rows) and rows == sorted(rows)  # run order kept
+    assert "s20 L1   ✓  F  ✓" in lines and "s25 L1   ✓  E  ✓" in lines
+    (folded,) = [x for x in lines if "more scenarios" in x]
+    hidden = sorted({f"s{i:02d}" for i in range(30)} - set(rows))
+    assert folded == f"+ {len(hidden)} more scenarios where every planned check passed: {', '.join(hidden)}"
+    lines = [line.text for line in matrix(_rows({f"s{i:02d}": "failed" for i in range(20)}, 20), 80)]
+    assert sum(line.startswith("s") for line in lines) == MATRIX_ROWS
+    assert "+ 4 more scenarios where a check did not pass: s16, s17, s18, s19" in lines
