@@ -48,6 +48,9 @@ def test_a_hosted_mac_signs_off_its_cpu_device_and_the_matrix_merges_it() -> Non
     hosted = job["env"]["HOSTED_MODELS"].split()
     assert sorted(set(_nightly_models()) - set(hosted)) == ["minicpm5-2b", "whisper-large-v3-turbo"]
     assert set(hosted) <= set(_nightly_models()) and len(hosted) == len(set(hosted))
+    for each in (job, workflow["jobs"]["signoff"]):  # make's venv from the interpreter the cache is keyed on
+        step = next(s for s in each["steps"] if s.get("id") == "signoff")
+        assert step["env"]["PYTHON"] == "${{ steps.py.outputs.python-path }}"
     run = next(s["run"] for s in job["steps"] if s.get("id") == "signoff")
     assert 'make signoff DEVICE=cpu SIGNOFF_MODELS="$HOSTED_MODELS"' in run
     assert "CPU (Accelerate)" in run and "GITHUB_STEP_SUMMARY" in run and "summary.md" in run
