@@ -77,7 +77,7 @@ def device_bootstrap(script_args: list[str]) -> list[str]:
     """The interpreter arguments that run `script_args` (a script and its arguments) on the
     requested device: unchanged when none is requested, else `-c` code that makes it MLX's default
     (where mlx is installed: a torch oracle has none) and runs the script as `__main__`, with the
-    sys.argv and sys.path an isolated (`-I`) run of the script would have."""
+    sys.argv and sys.path a direct run of the script would have (`-I` or not)."""
     wanted = requested_device()
     if not wanted or not script_args or script_args[0].startswith("-"):
         return script_args

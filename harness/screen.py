@@ -217,7 +217,8 @@ def matrix(results: list[dict[str, Any]], width: int) -> list[Line]:
         title = f"{model}: {len(scenarios)} scenarios x {len(checks)} checks"
         out.append(Line(f"{title}   ✓ pass  F fail  E error  · not planned", "bold"))
         out.append(Line(" " * (name_width + 4) + "".join(f"{n:>3}" for n in range(1, len(checks) + 1))))
-        failing = [s for s in scenarios if any(c["outcome"] != "passed" for c in rows if c["scenario"] == s)]
+        not_passing = {r["scenario"] for r in rows if r["outcome"] != "passed"}
+        failing = [s for s in scenarios if s in not_passing]
         shown = set(failing[:MATRIX_ROWS])
         shown |= set([s for s in scenarios if s not in shown][: MATRIX_ROWS - len(shown)])
         for scenario in (s for s in scenarios if s in shown):
@@ -230,7 +231,7 @@ def matrix(results: list[dict[str, Any]], width: int) -> list[Line]:
             name = scenario if len(scenario) <= name_width else scenario[: name_width - 1] + "…"
             text = f"{name:<{name_width}} {tier:<3}" + "".join(f"{m:>3}" for m in marks)
             out.append(Line(text, "red" if bad else None))
-        out += _folded([s for s in scenarios if s not in shown], set(failing), width)
+        out += _folded([s for s in scenarios if s not in shown], not_passing, width)
         out += [Line(t) for t in _legend([f"{n} {c}" for n, c in enumerate(checks, 1)], width)]
         out.append(Line(""))
     return out
