@@ -65,18 +65,6 @@ def _bisect(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pytest-args", default="", help='more pytest arguments for every step: --pytest-args="-k x"')
 
 
-def _bisect_step(p: argparse.ArgumentParser) -> None:
-    _bisect_common(p)
-    p.add_argument("--work", required=True)
-
-
-def _bisect_common(p: argparse.ArgumentParser) -> None:
-    options.model(p, required=True, what="the profile whose check is bisected")
-    p.add_argument("--check", required=True)
-    p.add_argument("--reruns", type=int, default=1)
-    p.add_argument("--pytest-args", default="")
-
-
 def _goldens(p: argparse.ArgumentParser) -> None:
     options.model(p, many=True, required=True)
     p.add_argument("--oracle", action="append", default=[], help="only the scenarios this oracle judges")
@@ -236,7 +224,6 @@ VERBS = (
     Verb("history", "harness.history.cli:run", "per check: last runs per device, first failure, flakes", _history),
     Verb("matrix", "harness.history.matrix:run", "which check holds on which device, from many reports", _matrix),
     Verb("bisect", "harness.history.bisect:run", "the first commit that broke one check (git bisect run)", _bisect),
-    Verb("bisect-step", "harness.history.bisect:run_step", "", _bisect_step, hidden=True),
     Verb("goldens", "harness.cli.core:goldens", "(re)generate a model's goldens with its oracle, explicitly", _goldens),
     Verb("compact-goldens", "harness.cli.core:compact", "rewrite this device's full goldens as compact ones", _compact),
     Verb("list", "harness.cli.core:list_profiles", "list profiles", _list),

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,36 +38,134 @@ def run_command(
     return subprocess.run(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT if capture else out, text=True)
 
 
+MAX_RERUNS = 20
+
+
 def step_verdict(outcomes: list[str]) -> tuple[int, str]:
-    """A step's exit code for git bisect run from the outcomes of its runs of the check."""
-    if len(set(outcomes)) > 1:
+    """A step's exit code for git bisect run from the outcomes of its runs of the check.
+
+    Only a pass or a failure of the check is evidence: a run that could not judge (no report,
+    an error row, a crash) makes the step a skip, whatever the other runs said."""
+    if not outcomes:
+        return SKIP, "no run of the check: cannot judge this commit"
+    judged = set(outcomes)
+    if judged - {"passed", "failed"}:
+        others = sorted(judged - {"passed", "failed"})
+        return SKIP, f"{', '.join(others)}: cannot judge this commit"
+    if len(judged) > 1:
         return STOP, f"flaky: the check said {', '.join(outcomes)} on one commit"
-    outcome = outcomes[0]
-    if outcome == "passed":
-        return GOOD, "passed"
-    if outcome == "failed":
-        return BAD, "failed"
-    return SKIP, f"{outcome}: cannot judge this commit"
+    return (GOOD, "passed") if outcomes[0] == "passed" else (BAD, "failed")
+
+
+def judge_commit(model: str, check: str, reruns: int, pytest_args: str, work: Path, tree: Path) -> tuple[int, str]:
+    """The check run 1 + `reruns` times by the code checked out in `tree` (its own `harness
+    parity`, whatever its age); only a report row of the check counts. Never raises."""
+    scenario, name = check.split("/", 1)
+    outcomes = []
+    for attempt in range(1 + reruns):
+        report = work / f"step-{uuid.uuid4().hex}-{attempt}.json"
+        command = [sys.executable, "-m", "harness", "parity", "--model", model, "--scenario", scenario]
+        command += ["--check", name, "--report", str(report), *shlex.split(pytest_args or "")]
+        try:
+            run_command(command, cwd=tree)
+            results = json.loads(report.read_text())["results"]
+            rows = [r for r in results if (r["scenario"], r["check"]) == (scenario, name)]
+            outcomes.append(str(rows[0]["outcome"]) if rows else "no result for the check")
+        except FileNotFoundError:
+            outcomes.append("no report (the run could not start or crashed)")
+        except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
+            outcomes.append(f"unreadable report ({type(e).__name__})")
+        finally:
+            report.unlink(missing_ok=True)
+    return step_verdict(outcomes)
 
 
 def run_step(args: argparse.Namespace) -> int:
-    """One bisection step, in the commit's worktree (the hidden verb `bisect-step`)."""
-    scenario, check = args.check.split("/", 1)
-    outcomes, out = [], Path(args.work)
-    for attempt in range(1 + args.reruns):
-        report = out / f"step-{uuid.uuid4().hex}-{attempt}.json"
-        command = [sys.executable, "-m", "harness", "parity", "--model", args.model, "--scenario", scenario]
-        command += ["--check", check, "--report", str(report), *shlex.split(args.pytest_args or "")]
-        run_command(command, cwd=Path.cwd())
-        if not report.exists():
-            outcomes.append("error")
-            continue
-        results = json.loads(report.read_text())["results"]
-        rows = [r for r in results if (r["scenario"], r["check"]) == (scenario, check)]
-        outcomes.append(rows[0]["outcome"] if rows else "error")
-    code, why = step_verdict(outcomes)
+    """One bisection step in the commit's worktree (the current directory): this checkout's
+    code judges, the commit's own `harness parity` runs. Any crash here is a skip, never "bad"."""
+    try:
+        code, why = judge_commit(args.model, args.check, args.reruns, args.pytest_args, Path(args.work), Path.cwd())
+    except Exception as e:  # noqa: BLE001 -- a step that cannot judge is never evidence
+        code, why = SKIP, f"the step crashed ({type(e).__name__}: {e}): cannot judge this commit"
     print(f"bisect step: {args.model}/{args.check}: {why}", flush=True)
     return code
+
+
+# git bisect run executes this in the worktree: it imports this checkout's harness (first on
+# sys.path), so an old commit without a bisect verb, or with a broken one, is still judged by
+# the same code, and whatever it raises ends in a skip (hostile probe 2, H2: exit 1 or 2 of a
+# missing verb or a traceback counted as "bad" and named an innocent commit).
+STEP_DRIVER = """import sys
+sys.path.insert(0, {root!r})
+try:
+    import argparse
+    from harness.history.bisect import SKIP, run_step
+    p = argparse.ArgumentParser()
+    for o in ("--model", "--check", "--work", "--pytest-args"):
+        p.add_argument(o, default="")
+    p.add_argument("--reruns", type=int, default=1)
+    code = run_step(p.parse_args(sys.argv[1:]))
+except BaseException as e:
+    print(f"bisect step: could not run ({{type(e).__name__}}: {{e}}): cannot judge this commit", flush=True)
+    code = 125
+sys.exit(code)
+"""
+
+
+def _profile_text(repo: Path, rev: str, model: str) -> str | None:
+    """The profile `model` as the commit `rev` would read it (MLX_PARITY_PROFILES: that folder)."""
+    from harness.paths import profiles_dir
+
+    moved = profiles_dir().resolve() != (REPO_ROOT / "profiles").resolve()
+    for sub in ("", "external/", "vad/"):
+        if moved:
+            path = profiles_dir() / f"{sub}{model}.yaml"
+            if path.is_file():
+                return path.read_text(errors="replace")
+            continue
+        shown = run_command(["git", "show", f"{rev}:profiles/{sub}{model}.yaml"], cwd=repo, capture=True)
+        if shown.returncode == 0:
+            return shown.stdout
+    return None
+
+
+def check_arguments(args: argparse.Namespace, repo: Path) -> None:
+    """Everything that can be known wrong before the first step: refused, naming it (exit 2)."""
+    if not (0 <= args.reruns <= MAX_RERUNS):
+        raise UsageError(f"--reruns must be between 0 and {MAX_RERUNS}, got {args.reruns}")
+    scenario, _, check = args.check.partition("/")
+    if not scenario or not check:
+        raise UsageError("--check names one check of one scenario: SCENARIO/CHECK (as the rerun command's)")
+    commits = {}
+    for what, rev in (("--good", args.good), ("--bad", args.bad)):
+        out = run_command(["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], cwd=repo, capture=True)
+        if out.returncode:
+            raise UsageError(f"{what} {rev!r} is not a commit of {repo}")
+        commits[what] = out.stdout.strip()
+    if commits["--good"] == commits["--bad"]:
+        raise UsageError(f"--good {args.good!r} and --bad {args.bad!r} are the same commit: nothing to bisect")
+    ancestor = run_command(["git", "merge-base", "--is-ancestor", commits["--good"], commits["--bad"]], cwd=repo)
+    if ancestor.returncode:
+        raise UsageError(
+            f"--good {args.good!r} is not an ancestor of --bad {args.bad!r}: give the older revision as --good "
+            "(where the check passed) and the later one as --bad"
+        )
+    text = _profile_text(repo, commits["--bad"], args.model)
+    if text is None:
+        raise UsageError(f"no profile {args.model!r} at --bad {args.bad!r} (profiles/{args.model}.yaml)")
+    import yaml
+
+    try:
+        scenarios = [
+            str(s.get("id")) for s in (yaml.safe_load(text) or {}).get("scenarios") or [] if isinstance(s, dict)
+        ]
+    except (yaml.YAMLError, AttributeError):
+        scenarios = None  # the commit's own run will say what is wrong with it
+    if scenarios is not None and scenario not in scenarios:
+        raise UsageError(
+            f"profile {args.model!r} at --bad {args.bad!r} has no scenario {scenario!r} "
+            f"(its scenarios: {', '.join(scenarios) or 'none'})"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,38 +175,71 @@ def run(args: argparse.Namespace) -> int:
         return over_releases(args)
     if not (args.good and args.bad):
         raise UsageError("give --good and --bad revisions (or --oracle-versions DIST=FIRST..LAST)")
-    if "/" not in args.check:
-        raise UsageError("--check names one check of one scenario: SCENARIO/CHECK (as the rerun command's)")
     repo = Path(args.repo).resolve() if args.repo else REPO_ROOT
-    for rev in (args.good, args.bad):
-        if run_command(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=repo, quiet=True).returncode:
-            raise UsageError(f"{rev!r} is not a commit of {repo}")
+    check_arguments(args, repo)
+    if run_command(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo, capture=True).stdout.strip():
+        print(f"note: {repo} has uncommitted changes; bisect judges commits only, never the working tree")
+    run_command(["git", "-C", str(repo), "worktree", "prune"], quiet=True)  # a killed bisection's worktree
     (cache_root() / "bisect").mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bisect-", dir=cache_root() / "bisect"))
     tree = work / "tree"
     git = ["git", "-C", str(tree)]
-    if run_command(["git", "-C", str(repo), "worktree", "add", "--detach", str(tree), args.bad]).returncode:
+    if run_command(["git", "-C", str(repo), "worktree", "add", "--detach", str(tree), args.bad], quiet=True).returncode:
         raise HarnessError(f"cannot make a worktree of {repo} at {args.bad} in {tree}")
+    env_cache = {"MLX_PARITY_CACHE": str(cache_root())}  # the steps share this checkout's cache
+    old_env = {k: os.environ.get(k) for k in env_cache}
+    os.environ.update(env_cache)
     try:
-        run_command([*git, "bisect", "start", args.bad, args.good])
-        step = [sys.executable, "-m", "harness", "bisect-step", "--model", args.model, "--check", args.check]
-        step += ["--reruns", str(args.reruns), "--work", str(work), f"--pytest-args={args.pytest_args or ''}"]
-        result = run_command([*git, "bisect", "run", *step], capture=True)
-        print(result.stdout[-4000:])
-        found = re.search(r"^([0-9a-f]{7,40}) is the first bad commit", result.stdout, re.MULTILINE)
-        flaky = re.search(r"bisect step: .*flaky.*", result.stdout)
-        if flaky:
-            print(f"bisect stopped: {flaky.group(0)} (at {_current(tree)})")
-            return 1
-        if not found:
-            print("bisect found no first bad commit (every step skipped, or good and bad agree)")
-            return 1
-        subject = run_command([*git, "log", "-1", "--format=%h %s", found.group(1)], capture=True).stdout.strip()
-        print(f"first bad commit for {args.model}/{args.check}: {subject}")
-        return 0
+        return _bisect(args, work, tree, git)
     finally:
+        for k, v in old_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         run_command([*git, "bisect", "reset"], quiet=True)
         run_command(["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)], quiet=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _bisect(args: argparse.Namespace, work: Path, tree: Path, git: list[str]) -> int:
+    where = f"{args.model}/{args.check}"
+    # The ends first: a bisection whose --bad passes, whose --good fails or which cannot run at
+    # either end would name a commit that proves nothing.
+    for what, rev, expected in (("--bad", args.bad, BAD), ("--good", args.good, GOOD)):
+        run_command([*git, "checkout", "--quiet", "--detach", rev], quiet=True)
+        code, why = judge_commit(args.model, args.check, args.reruns, args.pytest_args, work, tree)
+        print(f"bisect step: {where} at {what} {_current(tree)}: {why}", flush=True)
+        if code == STOP:
+            print(f"bisect stopped: bisect step: {where}: {why} (at {what} {_current(tree)})")
+            return 1
+        if code == SKIP:
+            print(f"cannot bisect: the check cannot be judged at {what} {rev!r} ({why})")
+            return 3
+        if code != expected:
+            print(f"nothing to bisect: {where} {why} at {what} {rev!r}; it must fail at --bad and pass at --good")
+            return 1
+    run_command([*git, "bisect", "start", args.bad, args.good], quiet=True)
+    step = [sys.executable, "-c", STEP_DRIVER.format(root=str(REPO_ROOT)), "--model", args.model]
+    step += ["--check", args.check, "--reruns", str(args.reruns), "--work", str(work)]
+    step += [f"--pytest-args={args.pytest_args or ''}"]
+    result = run_command([*git, "bisect", "run", *step], capture=True)
+    print(result.stdout[-4000:])
+    found = re.search(r"^([0-9a-f]{7,40}) is the first bad commit", result.stdout, re.MULTILINE)
+    flaky = re.search(r"bisect step: .*flaky.*", result.stdout)
+    skipped = len(re.findall(r"^bisect step: .*cannot judge this commit", result.stdout, re.MULTILINE))
+    if flaky:
+        print(f"bisect stopped: {flaky.group(0)} (at {_current(tree)})")
+        return 1
+    if not found:
+        if skipped:
+            print(f"cannot bisect: {skipped} step(s) could not run (above); the first bad commit is among those")
+            return 3
+        print("bisect found no first bad commit (git bisect run ended without one: see its output above)")
+        return 1
+    subject = run_command([*git, "log", "-1", "--format=%h %s", found.group(1)], capture=True).stdout.strip()
+    print(f"first bad commit for {where}: {subject}")
+    return 0
 
 
 def _current(tree: Path) -> str:
