@@ -16,6 +16,7 @@ fixture renders exactly what the run printed (tests/test_screen.py; docs/screens
 
 from __future__ import annotations
 
+import math
 import shlex
 import textwrap
 from collections.abc import Iterable
@@ -27,6 +28,7 @@ FULL_BLOCKS = 2  # non-passing checks shown in full: the first of each cause (ha
 SHORT_LINES = 10  # then one line per cause for the rest
 MATRIX_ROWS = 16  # scenario rows per model; beyond them, the passing ones (then any) fold into a line
 MARK = {"passed": "✓", "failed": "F", "error": "E"}
+NON_FINITE = ("NaN", "Infinity", "-Infinity")  # a non-finite float as a report writes it (harness/report.py)
 
 
 @dataclass(frozen=True)
@@ -41,12 +43,36 @@ def rerun_command(model: str, scenario: str, check: str) -> str:
     return "make parity " + " ".join(shlex.quote(w) for w in words)
 
 
-def _g(value: Any) -> str:
-    return f"{value:.3g}" if isinstance(value, float) else str(value)
+def _number(value: Any) -> float | None:
+    """A report's number as a float: a JSON number, or the string a report writes a non-finite
+    float as ("NaN", "Infinity", "-Infinity"); None for anything else (a missing KL is null)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    return float(value) if isinstance(value, str) and value in NON_FINITE else None
+
+
+def _finite(value: Any) -> bool:
+    number = _number(value)
+    return number is not None and math.isfinite(number)
+
+
+def _g(value: Any, spec: str = ".3g") -> str:
+    """A report's number for the screen: a non-finite one spelled as the report spells it."""
+    number = _number(value)
+    if number is not None and not math.isfinite(number):
+        return "NaN" if math.isnan(number) else "Infinity" if number > 0 else "-Infinity"
+    return f"{value:{spec}}" if isinstance(value, float) else str(value)
+
+
+def _value(value: Any) -> str:
+    """A logit as the report holds it: a float in full (repr), a non-finite one by its name."""
+    return _g(value) if _number(value) is not None and not _finite(value) else repr(value)
 
 
 def _top(top: Iterable[Any]) -> str:
-    return " ".join(f"{int(i)}:{float(v):.4g}" for i, v in top)
+    return " ".join(f"{int(i)}:{_g(float(v) if _finite(v) else v, '.4g')}" for i, v in top)
 
 
 def _vector_diff(row: dict[str, Any]) -> dict[str, Any] | None:
@@ -102,12 +128,19 @@ def failure_block(row: dict[str, Any], width: int) -> list[Line]:
         counted = details.get("steps_differing"), details.get("steps_compared")
         steps = f" ({counted[0]}/{counted[1]} steps differ)" if all(c is not None for c in counted) else ""
         text += _labelled("differs", f"{where}{steps}: {diff['n_differing']}/{diff['n_elements']} elements", width)
-        scale = diff.get("expected_range")
-        of_range = f" ({_g(diff['max_abs_diff'] / scale)} of the logit range {_g(scale)})" if scale else ""
-        text += _labelled("by", f"max |Δ| {_g(diff['max_abs_diff'])}{of_range}, max ULP {diff['max_ulp']}", width)
+        biggest, scale = diff.get("max_abs_diff"), _number(diff.get("expected_range"))
+        if not _finite(biggest):  # NaN or ±Infinity on a side: no distance to set against the range
+            of_range = " (non-finite logits)"
+        elif scale and math.isfinite(scale):
+            of_range = f" ({_g(_number(biggest) / scale)} of the logit range {_g(scale)})"
+        else:
+            of_range = ""
+        text += _labelled("by", f"max |Δ| {_g(biggest)}{of_range}, max ULP {diff['max_ulp']}", width)
+        first = (diff["expected_value"], diff["actual_value"])
+        odd = " (non-finite)" if not all(_finite(v) for v in first) else ""
         text += _labelled(
             "first",
-            f"index {diff['first_index']}: oracle {diff['expected_value']!r} vs in-tree {diff['actual_value']!r}",
+            f"index {diff['first_index']}: oracle {_value(first[0])} vs in-tree {_value(first[1])}{odd}",
             width,
         )
     else:  # a message of its own: one line (the terminal wraps it; a search finds it whole)
@@ -120,8 +153,9 @@ def failure_block(row: dict[str, Any], width: int) -> list[Line]:
         text += _labelled("in-tree", "top-5 " + _top(diff["actual_top5"]), width, max_lines=2)
     stats = _step_stats(row)
     if stats is not None:
-        agree = "agrees" if stats["top1"] else "differs"
-        text += _labelled("at step", f"KL(oracle‖in-tree) {_g(stats['kl'])}, top-1 {agree}", width)
+        agree = "agrees" if stats.get("top1") else "differs"
+        kl = _g(stats["kl"]) if _number(stats["kl"]) is not None else "none (no logit finite on both sides)"
+        text += _labelled("at step", f"KL(oracle‖in-tree) {kl}, top-1 {agree}", width)
     note = (row.get("details") or {}).get("machine_note")
     if note:
         text.append(f"  {'note':<8} {note}")
@@ -259,10 +293,14 @@ def _legend(entries: list[str], width: int) -> list[str]:
 
 
 def timing_line(timing: dict[str, Any]) -> str:
-    total = timing.get("total_seconds") or 1.0
-    phases = sorted(timing.get("phases", []), key=lambda p: -p["seconds"])[:3]
+    total = timing.get("total_seconds")
+    total = total if _finite(total) and total else 1.0
+    phases = [p for p in timing.get("phases", []) if _finite(p.get("seconds"))]
+    phases = sorted(phases, key=lambda p: -p["seconds"])[:3]
     parts = ", ".join(f"{p['phase']} {100 * p['seconds'] / total:.0f} %" for p in phases)
-    return f"time to verdict: {timing.get('wall_seconds', 0.0):.1f} s wall ({parts}; -v for every phase)"
+    wall = timing.get("wall_seconds", 0.0)
+    wall = f"{wall:.1f}" if _finite(wall) else _g(wall)
+    return f"time to verdict: {wall} s wall ({parts}; -v for every phase)"
 
 
 def device_notes(device: dict[str, Any]) -> list[str]:
@@ -306,7 +344,7 @@ def verdict_line(report: dict[str, Any]) -> Line:
     total = sum(counts.values())
     models = ", ".join(report.get("context", {}).get("models", [])) or "no model"
     seconds = report.get("timing", {}).get("wall_seconds")
-    took = f" in {seconds:.0f} s" if seconds is not None else ""
+    took = f" in {seconds:.0f} s" if _finite(seconds) else ""
     if verdict == "PASS":
         return Line(f"PASS {models}: all {total} checks passed{took}", "green")
     if verdict == "FAIL":

@@ -111,3 +111,75 @@ def test_a_large_profile_s_matrix_keeps_to_its_rows_failing_scenarios_first() ->
     lines = [line.text for line in matrix(_rows({f"s{i:02d}": "failed" for i in range(20)}, 20), 80)]
     assert sum(line.startswith("s") for line in lines) == MATRIX_ROWS
     assert "+ 4 more scenarios where a check did not pass: s16, s17, s18, s19" in lines
+
+
+def _non_finite_report(case: str) -> dict:
+    """The report of a run whose in-tree logits hold NaN or ±Infinity, as the hostile probe's
+    plug-in sent them (FAKE_MODE nan, nan_all, nan_top, inf, neginf_row), written as a report is."""
+    import datetime as dt
+    import warnings
+
+    import numpy as np
+
+    from harness.checks.compare import compare_steps
+    from harness.pytest_items import _details
+    from harness.records import ScenarioRecord
+    from harness.report import ItemResult, build_report
+
+    oracle = np.random.default_rng(0).standard_normal((6, 50)).astype(np.float32)
+    in_tree = oracle.copy()
+    if case == "nan":
+        in_tree[3, 7] = np.nan
+    elif case == "nan_all":
+        in_tree[:] = np.nan
+    elif case == "nan_top":
+        in_tree[3, int(np.argmax(in_tree[3]))] = np.nan
+    elif case == "inf":
+        in_tree[3, 7] = np.inf
+    elif case == "neginf_row":
+        in_tree[5] = -np.inf
+    records = [ScenarioRecord("plain", None, [1, 2], list(range(6)), x, [0]) for x in (oracle, in_tree)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # numpy's "All-NaN slice encountered"
+        result = compare_steps("decode_logits", *records, range(6))
+    row = ItemResult(
+        "fakeplug",
+        "plain",
+        "decode_logits",
+        "L1",
+        "mlx-lm",
+        "failed",
+        result.summary,
+        result.first_bad_step,
+        details=_details(result),
+    )
+    report = build_report([row], {"models": ["fakeplug"]}, dt.datetime.now(dt.UTC))
+    return json.loads(json.dumps(report, allow_nan=False))  # as the file holds it: strict JSON
+
+
+@pytest.mark.parametrize(
+    ("case", "mode", "spelled"),
+    [
+        ("P13", "nan", "NaN"),
+        ("P14", "nan_all", "NaN"),
+        ("P15", "nan_top", "NaN"),
+        ("P16", "inf", "Infinity"),
+        ("P17", "neginf_row", "Infinity"),
+    ],
+)
+def test_m1_p13_p17_non_finite_logits_render_the_whole_screen(case: str, mode: str, spelled: str) -> None:
+    """M1 (P13-P17): a report holds non-finite numbers as "NaN"/"Infinity" strings; the screen
+    renders every part (failure block, matrix, verdict) and says the values are non-finite."""
+    report = _non_finite_report(mode)
+    assert report["results"][0]["details"]["first_step_diff"]["max_abs_diff"] == spelled  # a string in the file
+    text = [line.text for line in render(report, 80, "report: reports/x.json")]
+    assert text[0] == "FAIL fakeplug/plain decode_logits · L1 vs mlx-lm", case
+    by = next(line for line in text if line.startswith("  by "))
+    assert f"max |Δ| {spelled} (non-finite logits)" in by, by
+    first = next(line for line in text if line.startswith("  first "))
+    assert first.endswith("(non-finite)") and "'" not in first, first
+    assert any(line.startswith("  rerun ") for line in text)
+    assert "plain L1   F" in text  # the matrix
+    assert text[-1] == "FAIL fakeplug: 1 failed, 0 passed of 1"
+    if mode in ("nan_all", "neginf_row"):  # no logit finite on both sides: no KL, said so
+        assert any("KL(oracle‖in-tree) none" in line for line in text), text
