@@ -197,6 +197,17 @@ def _directory(setting: Setting, value: str | None) -> Path:
     return Path(value).expanduser().resolve()
 
 
+def _path(setting: Setting, value: str | None) -> Path | None:
+    if not value:
+        return None  # unset (or empty): the default
+    if not value.strip():
+        raise SettingError(
+            f"{setting.name} is set but blank ({value!r}): unset it for the default, or name a path "
+            "(spaces would name a file in the current directory)"
+        )
+    return Path(value).expanduser()
+
+
 CHOICES = {"MLX_PARITY_DEVICE": ("cpu", "gpu")}
 
 
@@ -223,7 +234,7 @@ def _parse(values: tuple[str | None, ...]) -> Settings:
         elif setting.kind == "directory":
             parsed = _directory(setting, value)
         elif setting.kind == "path":
-            parsed = Path(value).expanduser() if value else None
+            parsed = _path(setting, value)
         elif setting.kind == "choice":
             parsed = _choice(setting, value)
         elif setting.kind == "present":
@@ -266,7 +277,8 @@ def reference_markdown() -> str:
         "",
         "Flags take 1/true/yes/on or 0/false/no/off (any case); unset or empty means the default, anything",
         "else stops every verb before it starts with an error naming the variable. A directory that is set",
-        "but empty is an error too (it would mean the current directory).",
+        "but empty is an error too (it would mean the current directory), and so is a path set to nothing",
+        "but spaces (it would name a file of spaces there); an empty path means unset.",
         "",
         "| Variable | Kind | Default | What it does |",
         "|---|---|---|---|",

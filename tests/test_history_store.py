@@ -4,9 +4,11 @@ both kept, a bad file named and never touched."""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -140,3 +142,59 @@ def test_a_quality_run_is_appended_per_pair(tmp_path: Path) -> None:
         ("q3", "quality", "failed"),
         ("kv8", "cross_check", "failed"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("case", "where", "says"),
+    [
+        ("S7", "adir.sqlite", "a directory, not a file"),
+        ("S8", "afile/h.sqlite", "cannot make its folder .*afile: .*afile is a file"),
+        ("S9", "/proc/h.sqlite", r"cannot make its lock /proc/h\.sqlite\.lock"),
+        ("S10", "/sys/h.sqlite", r"cannot make its lock /sys/h\.sqlite\.lock"),
+    ],
+)
+def test_m4_s7_s10_a_store_that_cannot_be_there_is_a_named_history_error(
+    tmp_path: Path, case: str, where: str, says: str
+) -> None:
+    """M4 (S7-S10): a directory, a path under a regular file, a read-only file system: each a
+    HistoryError naming the path at once (no OSError, no wait for the lock's timeout)."""
+    if where.startswith("/") and not Path(where).parent.is_dir():
+        pytest.skip(f"{Path(where).parent}: not on this system")
+    (tmp_path / "adir.sqlite").mkdir()
+    (tmp_path / "afile").write_text("a file\n")
+    db = Path(where) if where.startswith("/") else tmp_path / where
+    started = time.monotonic()
+    with pytest.raises(HistoryError, match=f"results store {re.escape(str(db))}: {says}"):
+        record(db, "parity", {"started": "s", "finished": "f", "verdict": "PASS", "results": []}, None)
+    assert time.monotonic() - started < 10, case
+    assert (tmp_path / "afile").read_text() == "a file\n" and not any((tmp_path / "adir.sqlite").iterdir())
+
+
+def test_m4_h8_reading_a_directory_as_the_store_is_a_named_history_error(tmp_path: Path) -> None:
+    """M4 (H8): `history --db <directory>` names the directory (exit 2), no IsADirectoryError."""
+    with pytest.raises(HistoryError, match=f"results store {re.escape(str(tmp_path))}: a directory, not a file"):
+        with connect(tmp_path, write=False):
+            pass
+    out = _cli("history", "--db", str(tmp_path))
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert f"error: results store {tmp_path}: a directory, not a file" in out.stderr
+
+
+def test_m4_s11_a_passing_run_with_an_unwritable_store_keeps_its_report_and_exits_3(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """M4 (S7, S11): the verdict and the report stand; the report's line is printed, the store's
+    error under it, and the run exits 3 (docs/history.md), not 1 with a traceback."""
+    db = isolated / "adir.sqlite"
+    db.mkdir()
+    monkeypatch.setenv("MLX_PARITY_HISTORY", str(db))
+    write_profile(isolated)
+    out = _cli("parity", "--model", "tiny", "--", "-p", "tests.fault_plugin")
+    text = out.stdout + out.stderr
+    assert out.returncode == 3 and "Traceback" not in text, text[-3000:]
+    assert len(list((isolated / "reports").glob("*.json"))) == 1
+    lines = out.stdout.rstrip().splitlines()
+    assert lines[-1].startswith("PASS tiny: all "), lines[-4:]
+    assert lines[-3].startswith("report: ") and lines[-2] == f"error: results store {db}: a directory, not a file; " + (
+        f"point MLX_PARITY_HISTORY (or --db) at a file, e.g. {db / 'history.sqlite'}"
+    ), lines[-4:]

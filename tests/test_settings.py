@@ -114,3 +114,22 @@ def test_the_settings_verb_prints_the_reference() -> None:
         [sys.executable, "-m", "harness", "settings"], capture_output=True, text=True, cwd=REPO_ROOT, check=False
     )
     assert out.returncode == 0 and out.stdout == settings.reference_markdown(), out.stderr
+
+
+@pytest.mark.parametrize("value", ["  ", "\t", " \n "])
+def test_m4_l13_s13_a_blank_path_setting_is_refused(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    """M4 / L13 (S13): MLX_PARITY_HISTORY='  ' is refused like a blank directory setting, not taken
+    as a file named by spaces in the current directory; empty still means unset."""
+    for s in settings.SETTINGS:
+        monkeypatch.delenv(s.name, raising=False)
+    monkeypatch.setenv("MLX_PARITY_HISTORY", value)
+    with pytest.raises(settings.SettingError, match="MLX_PARITY_HISTORY is set but blank"):
+        settings.read()
+    monkeypatch.setenv("MLX_PARITY_HISTORY", "")
+    assert settings.read().history is None
+    monkeypatch.setenv("MLX_PARITY_HISTORY", value)
+    out = subprocess.run(
+        [sys.executable, "-m", "harness", "history"], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert out.stderr.startswith("error: MLX_PARITY_HISTORY is set but blank"), out.stderr

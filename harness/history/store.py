@@ -10,12 +10,16 @@ one transaction, a newer one is refused. Default path `<cache>/history.sqlite`
 Nothing is ever lost or overwritten: a run is one transaction (WAL, so readers never block a
 writer, and a busy timeout, so two runs or xdist's controller and another run append both);
 a file that is not a SQLite database (truncated, overwritten), fails SQLite's quick check, or
-was written by a newer schema is named in a HarnessError and left exactly as it is.
+was written by a newer schema is named in a HarnessError and left exactly as it is. So is a
+path the store cannot be at (a directory, a path under a regular file, an unwritable or
+read-only place): every failure to open, lock or write it is a HistoryError naming the path, never
+an OSError from the middle of a run (the parity run's report is still written, exit 3).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -23,7 +27,7 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from harness.errors import HarnessError
 
@@ -87,32 +91,75 @@ def _is_sqlite(path: Path) -> bool:
         return f.read(len(MAGIC)) == MAGIC
 
 
+def _not_a_place(path: Path, e: OSError, doing: str, why: str | None = None) -> HistoryError:
+    """The store cannot be at `path`: what failed and why, and what to do."""
+    why = why or e.strerror or str(e) or type(e).__name__
+    return HistoryError(
+        f"results store {path}: cannot {doing}: {why}; "
+        "point MLX_PARITY_HISTORY (or --db) at a file in a writable folder"
+    )
+
+
 @contextmanager
 def connect(path: Path, write: bool) -> Iterator[sqlite3.Connection]:
     """The store at `path`, checked (and, to write, made or migrated); never altered when bad.
     Writers take `<path>.lock` first: one that finds the file half made by another (its header
     not written yet) would otherwise call it corrupt."""
+    try:
+        a_directory = path.is_dir()
+    except OSError as e:
+        raise _not_a_place(path, e, "read it") from e
+    if a_directory:
+        raise HistoryError(
+            f"results store {path}: a directory, not a file; point MLX_PARITY_HISTORY (or --db) at a file, "
+            f"e.g. {path / 'history.sqlite'}"
+        )
     if not write:
         with _connect(path, write) as conn:
             yield conn
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock", timeout=BUSY_SECONDS), _connect(path, write) as conn:
-        yield conn
+    lock_path = str(path) + ".lock"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+        why = f"{blocker} is a file" if blocker else None
+        raise _not_a_place(path, e, f"make its folder {path.parent}", why) from e
+    try:  # made here, so that a place no file can be made in fails now: filelock retries that until its timeout
+        os.close(os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644))
+    except OSError as e:
+        raise _not_a_place(path, e, f"make its lock {lock_path}") from e
+    lock = FileLock(lock_path, timeout=BUSY_SECONDS)
+    try:
+        lock.acquire()
+    except Timeout as e:
+        raise HistoryError(
+            f"results store {path}: its lock {lock_path} stayed taken for {BUSY_SECONDS:.0f} s (another run "
+            "writing, or a stale lock on a network file system); nothing written"
+        ) from e
+    except OSError as e:
+        raise _not_a_place(path, e, f"take its lock {lock_path}") from e
+    try:
+        with _connect(path, write) as conn:
+            yield conn
+    finally:
+        lock.release()
 
 
 @contextmanager
 def _connect(path: Path, write: bool) -> Iterator[sqlite3.Connection]:
-    fresh = not path.exists() or path.stat().st_size == 0
-    if not fresh and not _is_sqlite(path):
+    try:
+        fresh = not path.exists() or path.stat().st_size == 0
+        known = fresh or _is_sqlite(path)
+    except OSError as e:
+        raise _not_a_place(path, e, "read it") from e
+    if not known:
         raise HistoryError(
             f"results store {path}: not a SQLite database (truncated or overwritten?); left untouched: "
             "move it away to start a new one, or point MLX_PARITY_HISTORY elsewhere"
         )
     if fresh and not write:
         raise HistoryError(f"results store {path}: no runs recorded yet (a `make parity` writes it)")
-    if fresh:
-        path.parent.mkdir(parents=True, exist_ok=True)
     try:
         conn = sqlite3.connect(path, timeout=BUSY_SECONDS, isolation_level=None)
     except sqlite3.Error as e:
