@@ -41,8 +41,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def _entry(check: str) -> dict:
-    return {"check": check, "reason": "r", "owner": "o", "expires": "2099-01-01"}
+def _entry(check: str, expires: str | None = None) -> dict:
+    soon = (dt.datetime.now(dt.UTC).date() + dt.timedelta(days=30)).isoformat()  # within a waiver's horizon
+    return {"check": check, "reason": "r", "owner": "o", "expires": expires or soon}
 
 
 # -- item 2: the model part of a waiver names a model -----------------------------------------
@@ -76,7 +77,17 @@ def test_a_check_part_that_is_only_a_character_class_is_refused(check: str) -> N
 
 
 @pytest.mark.parametrize(
-    "check", ["smollm2-135m/*/decode_logits", "m/*/*_logits", "m/a/[dt]*_logits", "whisper-tiny-en/*/eos_stop"]
+    "check",
+    [
+        "smollm2-135m/*/decode_logits",
+        "m/*/*_logits",
+        "m/a/[dt]*_logits",
+        "whisper-tiny-en/*/eos_stop",
+        "m/plain/decode_*",  # globs anchored on whole words of the name (probe 2, M6)
+        "m/multibyte-*/decode_logits",
+        "m/spec-*-k2/eos_stop",
+        "m/*-k5/eos_stop",
+    ],
 )
 def test_waivers_naming_a_model_still_load(check: str) -> None:
     (w,) = parse_waivers([_entry(check)], "w.yaml")
@@ -226,3 +237,71 @@ def test_a_scenario_scoped_to_another_backend_is_not_counted_as_not_run(isolated
     assert load(path).scenario("chat").backends == ["gpu"]
     _, doc = sign_off(_synthetic(plain), [], out=isolated / "so", today=TODAY)
     assert doc.signoff.verdict == SIGNED_OFF and doc.signoff.not_run == []
+
+
+# -- probe 2 (hostile-probe-2.md) M6: the scenario and check parts name what they waive ------------
+
+
+@pytest.mark.parametrize(
+    ("case", "check", "part"),
+    [
+        ("W1", "fakeplug/*/*o*", ("check", "*o*")),  # the probe's: waived all 7 ERROR checks
+        ("W2", "smollm2-135m/*/*o*", ("check", "*o*")),
+        ("W3", "smollm2-135m/*/*e*", ("check", "*e*")),
+        ("W4", "smollm2-135m/**/*o*", ("scenario", "**")),
+        ("W5", "smollm2-135m/*/?*t*", ("check", "?*t*")),
+        ("W6", "smollm2-135m/[a-z]*/*s*", ("scenario", "[a-z]*")),
+        ("W6", "smollm2-135m/plain/*s*", ("check", "*s*")),
+        ("W7", "m/*/*[a-z]*", ("check", "*[a-z]*")),
+        ("W9", "m/*/*_*", ("check", "*_*")),
+        ("M6", "m/*/d*", ("check", "d*")),  # one letter of a name pins down nothing
+        ("M6", "m/*/*s", ("check", "*s")),
+        ("M6", "m/plain/*", ("check", "*")),  # every check of a scenario: name each check
+        ("M6", "m/*e*/decode_logits", ("scenario", "*e*")),
+    ],
+)
+def test_m6_w1_w6_a_part_that_matches_by_a_letter_is_refused(case: str, check: str, part: tuple[str, str]) -> None:
+    """M6 (W1-W6): a scenario or check part that pins down no word of a name (`*o*`, `?*t*`,
+    `**`) is refused, naming the entry, the part and what is expected, like the model part."""
+    with pytest.raises(WaiverError) as excinfo:
+        parse_waivers([_entry("m/a/b"), _entry(check)], "w.yaml")
+    message = str(excinfo.value)
+    kind, text = part
+    assert message.startswith(f"w.yaml: [1].check: the {kind} part must name a {kind} literally"), (case, message)
+    assert f"got {text!r} in {check!r}" in message and "anchored on whole words" in message, message
+
+
+def test_m6_w1_the_probe_s_waiver_stops_the_sign_off_before_it_judges(tmp_path: Path) -> None:
+    """M6 (W1): `fakeplug/*/*o*` over a report whose checks all ERRORed was SIGNED OFF (WAIVED 7);
+    now the waivers file is refused (exit 2) and no sign-off is written."""
+    results = [
+        ItemResult("fakeplug", "plain", c, "L1", "mlx-lm", "error", "the plug-in never answered")
+        for c in ("prompt_identity", "decode_logits", "greedy_tokens", "eos_stop", "prefill_logits", "detokenize")
+    ]
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps(build_report(results, {"device": {"key": "k"}}, dt.datetime.now(dt.UTC))))
+    waivers = tmp_path / "w.yaml"
+    waivers.write_text('- check: "fakeplug/*/*o*"\n  reason: r\n  owner: a\n  expires: 2026-12-31\n')
+    out = _cli("signoff", "--from-report", str(report), "--out", str(tmp_path / "so"), "--waivers", str(waivers))
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stdout + out.stderr
+    assert out.stderr.startswith(f"error: {waivers}: [0].check: the check part must name a check literally")
+    assert "SIGNED OFF" not in out.stdout and not (tmp_path / "so").exists()
+
+
+def test_m6_l24_w10_a_waiver_expiring_more_than_a_year_ahead_is_refused() -> None:
+    """L24 (W10): `expires: 9999-12-31` was a permanent waiver; a waiver expires at most a year
+    after the day it is read (docs/signoff.md), and the error names the waiver and the date."""
+    today = dt.date(2026, 12, 6)
+    with pytest.raises(WaiverError) as excinfo:
+        parse_waivers([_entry("m/plain/decode_logits", "9999-12-31")], "w.yaml", today=today)
+    assert str(excinfo.value) == (
+        "w.yaml: [0].expires: the waiver of 'm/plain/decode_logits' expires on 9999-12-31, more than a year "
+        "ahead; a waiver is renewed at least yearly: choose a date on or before 2027-12-06"
+    )
+    (w,) = parse_waivers([_entry("m/plain/decode_logits", "2027-12-06")], "w.yaml", today=today)  # a year: fine
+    assert w.expires == dt.date(2027, 12, 6)
+    with pytest.raises(WaiverError, match="expires on 2027-12-07, more than a year ahead"):
+        parse_waivers([_entry("m/plain/decode_logits", "2027-12-07")], "w.yaml", today=today)
+    assert parse_waivers([_entry("m/plain/decode_logits", "2020-01-01")], "w.yaml", today=today)  # blocks later
+    with pytest.raises(WaiverError, match="on or before 2029-02-28"):  # from a leap day
+        parse_waivers([_entry("m/plain/decode_logits", "2029-03-01")], "w.yaml", today=dt.date(2028, 2, 29))

@@ -3,11 +3,13 @@
 `waivers.yaml` (repo root) is a list of entries, validated strictly at the edge so a typo
 cannot silently waive nothing (or everything):
 
-    - check: minicpm5-2b/*/decode_logits   # model/scenario/check: the model named literally,
-                                            # fnmatch globs in the scenario and check parts
+    - check: minicpm5-2b/*/decode_logits   # model/scenario/check: the model named literally; the
+                                            # scenario and check each literally, or by a glob
+                                            # anchored on a whole word of the name (*_logits)
       reason: "mlx 0.32.4 GEMV tail differs on M3; upstream issue 1234"
       owner: alice
-      expires: 2027-01-31                   # valid through this day (UTC); after it, it blocks
+      expires: 2027-01-31                   # valid through this day (UTC); after it, it blocks;
+                                            # at most a year ahead (`horizon`)
 
 A waiver only ever turns a failing or erroring check into WAIVED; it never hides that the
 check failed. An expired waiver blocks the sign-off whatever it matches: a waiver nobody
@@ -31,6 +33,11 @@ WAIVER_KEYS = ("check", "reason", "owner", "expires")
 _PART = re.compile(r"[A-Za-z0-9_.*?\[\]!-]+")
 _GLOB = "*?[]!"  # fnmatch's special characters (`!` negates a [...] set)
 _BRACKETS = re.compile(r"\[!?\]?[^\]]*\]")  # a [...] set: matches any of its characters, names none
+# The literal start of a glob (`decode_*`, `spec-*-k2`) or its literal end (`*_logits`, `*-k2`): whole
+# words of a name, cut at a separator, at least two letters or digits. Anything looser (`*o*`, `?*t*`,
+# `*s`, `d*`) pins down nothing a reader can name, and would waive checks nobody meant to.
+_HEAD = re.compile(r"(?=.*[A-Za-z0-9]{2})[A-Za-z0-9]+(?:[-_.][A-Za-z0-9]+)*[-_.]")
+_TAIL = re.compile(r"(?=.*[A-Za-z0-9]{2})[-_.][A-Za-z0-9]+(?:[-_.][A-Za-z0-9]+)*")
 
 
 class WaiverError(HarnessError):
@@ -80,12 +87,13 @@ def load_waivers(path: Path) -> list[Waiver]:
     return parse_waivers(data, str(path))
 
 
-def parse_waivers(data: Any, where: str) -> list[Waiver]:
+def parse_waivers(data: Any, where: str, today: dt.date | None = None) -> list[Waiver]:
+    """Validate waivers; `today` (UTC by default) bounds how far ahead one may expire."""
     if data is None:
         return []
     if not isinstance(data, list):
         raise WaiverError(f"{where}: expected a list of waivers, got {type(data).__name__}")
-    waivers = [_parse_entry(entry, f"{where}: [{i}]") for i, entry in enumerate(data)]
+    waivers = [_parse_entry(entry, f"{where}: [{i}]", today) for i, entry in enumerate(data)]
     seen: dict[str, int] = {}
     for i, waiver in enumerate(waivers):
         if waiver.check in seen:
@@ -96,7 +104,7 @@ def parse_waivers(data: Any, where: str) -> list[Waiver]:
     return waivers
 
 
-def _parse_entry(entry: Any, where: str) -> Waiver:
+def _parse_entry(entry: Any, where: str, today: dt.date | None) -> Waiver:
     if not isinstance(entry, dict):
         raise WaiverError(f"{where}: expected a mapping with keys {', '.join(WAIVER_KEYS)}, got {entry!r}")
     unknown = sorted(str(k) for k in entry if k not in WAIVER_KEYS)
@@ -115,19 +123,60 @@ def _parse_entry(entry: Any, where: str) -> Waiver:
             f"{where}.check: expected 'model/scenario/check' (the model named literally, globs allowed in the "
             f"scenario and check parts), got {entry['check']!r}"
         )
-    model, _, name = parts
+    model, scenario, name = parts
     if any(c in _GLOB for c in model):  # `*`, `[a-z]*`, `s*`: a waiver of every model is no waiver
         raise WaiverError(
             f"{where}.check: the model part must name a model literally, with no glob characters "
             f"({' '.join(_GLOB)}): one entry per model, like 'smollm2-135m/*/decode_logits'; "
             f"got {model!r} in {entry['check']!r}"
         )
-    if not any(c.isalnum() for c in _BRACKETS.sub("", name)):  # `*`, `?*`, `[a-z]*`: every check
+    if scenario != "*" and not _names(scenario):  # `**`, `[a-z]*`, `*e*`: some scenarios, nobody knows which
         raise WaiverError(
-            f"{where}.check: the check part must name a check: letters of its name outside any [...] "
-            f"(a glob may narrow it, like '*_logits'), got {name!r} in {entry['check']!r}"
+            f"{where}.check: the scenario part must name a scenario literally (like 'plain'), be '*' for every "
+            "scenario, or be a glob anchored on whole words of the name (like 'multibyte-*' or '*-k2'); "
+            f"got {scenario!r} in {entry['check']!r}"
         )
-    return Waiver(check, entry["reason"].strip(), entry["owner"].strip(), _parse_date(entry["expires"], where))
+    if not _names(name):  # `*`, `*o*`, `?*t*`, `[a-z]*`: every check, or any with an 'o' in it
+        raise WaiverError(
+            f"{where}.check: the check part must name a check literally (like 'decode_logits'), or be a glob "
+            "anchored on whole words of the name (like '*_logits' or 'decode_*'), never one that matches "
+            f"checks by a letter; got {name!r} in {entry['check']!r}"
+        )
+    expires = _parse_date(entry["expires"], where)
+    latest = horizon(today or dt.datetime.now(dt.UTC).date())
+    if expires > latest:  # 9999-12-31: a permanent waiver, a decision nobody will make again
+        raise WaiverError(
+            f"{where}.expires: the waiver of {check!r} expires on {expires.isoformat()}, more than a year ahead; "
+            f"a waiver is renewed at least yearly: choose a date on or before {latest.isoformat()}"
+        )
+    return Waiver(check, entry["reason"].strip(), entry["owner"].strip(), expires)
+
+
+def horizon(today: dt.date) -> dt.date:
+    """The latest day a waiver read today may expire on: the same day next year (28 February
+    for a 29 February)."""
+    try:
+        return today.replace(year=today.year + 1)
+    except ValueError:
+        return today.replace(year=today.year + 1, day=28)
+
+
+def _names(part: str) -> bool:
+    """Whether a scenario or check part names what it matches: no glob at all, or a glob whose
+    literal start or end is whole words of a name (`_HEAD`, `_TAIL`)."""
+    literal = [""]  # the literal runs between the glob pieces (`*`, `?`, a [...] set)
+    i = 0
+    while i < len(part):
+        bracket = _BRACKETS.match(part, i) if part[i] == "[" else None
+        if bracket or part[i] in "*?[":
+            literal.append("")
+            i = bracket.end() if bracket else i + 1
+        else:
+            literal[-1] += part[i]
+            i += 1
+    if len(literal) == 1:
+        return True  # no glob: a name
+    return bool(_HEAD.fullmatch(literal[0])) or bool(_TAIL.fullmatch(literal[-1]))
 
 
 def _parse_date(value: Any, where: str) -> dt.date:
