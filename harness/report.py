@@ -1,13 +1,21 @@
 """Reports read results only: a JSON report under reports/ (harness/screen.py renders it on the terminal).
 
 A report file is created, never replaced: a failed or repeated run writes a new file and
-leaves earlier reports intact.
+leaves earlier reports intact. `read_report` is the one reader of a report file that came from
+elsewhere (`matrix`, `signoff --from-report`, `signoff --previous`): at most READ_LIMIT bytes
+(after gzip), and every field its readers use checked, so a malformed file is one line naming
+the file, the field and what was expected, never a traceback or a half-written page.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import gzip
+import json
 import math
+import re
+import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +39,123 @@ class ItemResult:
     seconds: float = 0.0
     details: dict[str, Any] = field(default_factory=dict)
     peak_rss_mb: float = 0.0  # of the process that ran the item, at its end
+
+
+class ReportFileError(HarnessError):
+    """A report file that cannot be read, or is not a parity report: names the file and the field."""
+
+
+READ_LIMIT = 256 << 20  # bytes of a report read (after gzip): a report is megabytes; a gzip bomb is refused unread
+OUTCOMES = ("passed", "failed", "error")
+# A device key or harness version names folders (signoff-<version>-<key>, goldens/<model>/<key>): a name, no path.
+FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+
+
+def read_report(path: Path) -> dict[str, Any]:
+    """A parity report file (`.json`, or gzipped `.json.gz`), read and checked (`check_report`)."""
+    try:
+        if path.suffix == ".gz":
+            with gzip.open(path, "rb") as f:
+                data = f.read(READ_LIMIT + 1)  # never more: a 1.5 MB bomb of 1.5 GB stops here
+        else:
+            if path.stat().st_size > READ_LIMIT:
+                raise ReportFileError(_too_big(path))
+            data = path.read_bytes()
+    except EOFError as e:
+        raise ReportFileError(f"{path}: cannot read a JSON report: a truncated gzip file ({e})") from e
+    except (OSError, zlib.error) as e:  # absent, unreadable, not gzip, a corrupt gzip
+        raise ReportFileError(f"{path}: cannot read a JSON report: {getattr(e, 'strerror', None) or e}") from e
+    if len(data) > READ_LIMIT:
+        raise ReportFileError(_too_big(path))
+    try:
+        report = json.loads(data)
+    except ValueError as e:  # not JSON, not UTF-8
+        raise ReportFileError(f"{path}: cannot read a JSON report: not JSON: {e}") from e
+    return check_report(report, str(path))
+
+
+def _too_big(path: Path) -> str:
+    return (
+        f"{path}: cannot read a JSON report: larger than {READ_LIMIT >> 20} MiB"
+        + (" once decompressed (a gzip bomb?)" if path.suffix == ".gz" else "")
+        + "; refused, not read further"
+    )
+
+
+_MISSING = object()
+
+
+def _kind(value: Any) -> str:
+    """What a JSON value is, for an error: 'an object', 'the string "a/b"', 'the number 12345'."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return f"the number {value!r}"
+    if isinstance(value, str):
+        return f"the string {value[:60]!r}" + ("…" if len(value) > 60 else "")
+    return {dict: "an object", list: "a list", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def check_report(report: Any, where: str) -> dict[str, Any]:
+    """`report` if it has the shape of a parity report, as far as its readers use it; else a
+    ReportFileError naming `where`, the key and what was expected."""
+
+    def refuse(key: str, expected: str, value: object) -> ReportFileError:
+        got = "missing" if value is _MISSING else f"got {_kind(value)}"
+        return ReportFileError(f"{where}: {key}: expected {expected}, {got} (not a parity report?)")
+
+    if not isinstance(report, dict):
+        raise ReportFileError(f"{where}: expected a JSON object (a parity report), got {_kind(report)}")
+    context = report.get("context", _MISSING)
+    if not isinstance(context, dict):
+        raise refuse("context", "an object (the run's device, models, provenance)", context)
+    device = context.get("device", {})
+    if not isinstance(device, dict):
+        raise refuse("context.device", "an object (the device the run was on)", device)
+    for key, value, what in (
+        ("context.device.key", device.get("key", "x"), "the golden key"),
+        ("harness_version", report.get("harness_version", "x"), "the harness's version"),
+    ):
+        if not isinstance(value, str) or not FOLDER_NAME.fullmatch(value):
+            raise refuse(key, f"{what}: a name of letters, digits and . _ + - (it names folders)", value)
+    for key in ("started", "finished", "verdict"):
+        if report.get(key) is not None and not isinstance(report[key], str):
+            raise refuse(key, "a string", report[key])
+    if not isinstance(report.get("counts", {}), dict):
+        raise refuse("counts", "an object (checks per outcome)", report["counts"])
+    results = report.get("results", _MISSING)
+    if not isinstance(results, list):
+        raise refuse("results", "a list of check results", results)
+    for i, row in enumerate(results):
+        _check_row(row, f"results[{i}]", refuse)
+    return report
+
+
+def _check_row(row: Any, at: str, refuse: Callable[[str, str, object], ReportFileError]) -> None:
+    if not isinstance(row, dict):
+        raise refuse(at, "an object (one check's result)", row)
+    for key in ("model", "scenario", "check"):
+        value = row.get(key, _MISSING)
+        if not isinstance(value, str) or not value:
+            raise refuse(f"{at}.{key}", "a non-empty string", value)
+    if row.get("outcome", _MISSING) not in OUTCOMES:
+        raise refuse(f"{at}.outcome", f"one of {', '.join(OUTCOMES)}", row.get("outcome", _MISSING))
+    for key in ("summary", "tier", "oracle"):
+        if key in row and not isinstance(row[key], str):
+            raise refuse(f"{at}.{key}", "a string", row[key])
+    step = row.get("first_bad_step")
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
+        raise refuse(f"{at}.first_bad_step", "a step number or null", step)
+    for key in ("seconds", "peak_rss_mb"):
+        value = row.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise refuse(f"{at}.{key}", "a number", value)
+    details = row.get("details")
+    if details is not None and not isinstance(details, dict):
+        raise refuse(f"{at}.details", "an object or null", details)
+    per_step = (details or {}).get("per_step", [])
+    if not isinstance(per_step, list) or not all(isinstance(step, dict) for step in per_step):
+        raise refuse(f"{at}.details.per_step", "a list of objects (one per step compared)", per_step)
 
 
 def peak_rss_mb() -> float:

@@ -7,19 +7,21 @@ job summary): a row per model/scenario/check, a column per device key with the n
 there, the golden key's parts per column, and each failure linked to its entry below. Results
 of different harness versions are refused, naming them, unless `--mixed-versions` (then the
 page and the table say so). No server: merging files is how several machines scale out.
+A report is read by harness/report.py `read_report` (the sign-off's reader too): a malformed one
+is refused naming the file and the field, before anything is written.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import gzip
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
+from harness.report import read_report
 
 MARK = {"passed": "✓", "failed": "FAIL", "error": "ERROR"}
 
@@ -51,7 +53,8 @@ class Matrix:
             details = r.get("details") or {}
             where = details.get("localization") if isinstance(details.get("localization"), dict) else {}
             step, module = r.get("first_bad_step"), where.get("module")
-            cell = Cell(r["outcome"], r.get("summary", ""), step, module, source, finished)
+            summary = r.get("summary") if isinstance(r.get("summary"), str) else ""  # a store's row may hold NULL
+            cell = Cell(r["outcome"], summary, step, module, source, finished)
             place = self.cells.setdefault((r["model"], r["scenario"], r["check"]), {})
             if key not in place or place[key].finished <= finished:  # the newest result on that device
                 place[key] = cell
@@ -64,12 +67,6 @@ class Matrix:
                     cell.anchor = f"f{len(out) + 1}"
                     out.append((row, device, cell))
         return out
-
-
-def _open_json(path: Path) -> Any:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return json.load(f)
 
 
 def load(paths: list[Path]) -> Matrix:
@@ -99,13 +96,12 @@ def load(paths: list[Path]) -> Matrix:
                     device = {"key": key} | json.loads(versions or "{}")
                     matrix.add(device, results, f"{path.name} run {run_id}", finished or "", version or "?")
             continue
-        try:
-            report = _open_json(path)
-            device, results = report["context"]["device"], report["results"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            expected = "expected JSON with context.device and results"
-            raise HarnessError(f"{path}: not a parity report ({expected}): {e}") from e
-        matrix.add(device, results, path.name, str(report.get("finished", "")), str(report.get("harness_version")))
+        report = read_report(path)
+        device = report["context"].get("device")
+        if not isinstance(device, dict):  # what a matrix is made of: which device a result holds on
+            raise HarnessError(f"{path}: context.device: expected an object (the device the run was on), missing")
+        finished = report.get("finished") or ""
+        matrix.add(device, report["results"], path.name, finished, str(report.get("harness_version")))
     return matrix
 
 
@@ -166,11 +162,17 @@ def run(args: argparse.Namespace) -> int:
         raise HarnessError(f"the inputs come from different harness versions ({named}): pass --mixed-versions to merge")
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     out = Path(args.out) if args.out else reports_dir() / f"matrix-{stamp}"
+    if out.exists() and not out.is_dir():
+        raise HarnessError(f"--out {out}: a file, not a folder: name a new folder for the matrix's two files")
     if out.exists() and any(out.iterdir()):
         raise HarnessError(f"{out} exists and is not empty: a matrix is never written over another")
     failures = matrix.failures()
-    atomic_write_bytes(out / "matrix.md", markdown(matrix, failures).encode())
-    atomic_write_bytes(out / "index.html", page(matrix, failures).encode())
+    files = {"matrix.md": markdown(matrix, failures).encode(), "index.html": page(matrix, failures).encode()}
+    try:
+        for name, data in files.items():
+            atomic_write_bytes(out / name, data)
+    except OSError as e:
+        raise HarnessError(f"--out {out}: cannot write the matrix there: {e.strerror or e}") from e
     print(f"device matrix: {len(matrix.cells)} checks x {len(matrix.devices)} devices, {len(failures)} not passing")
     print(f"  {out / 'index.html'}\n  {out / 'matrix.md'}")
     return 0

@@ -9,14 +9,13 @@ reads either kind as its "previous".
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.checks import registry
 from harness.errors import HarnessError
-from harness.report import ItemResult
+from harness.report import ItemResult, ReportFileError, read_report
 
 SIGNED_OFF = "SIGNED OFF"
 BLOCKED = "BLOCKED"
@@ -27,10 +26,16 @@ INCOMPLETE = "INCOMPLETE"
 STATUSES = ("PASS", "WAIVED", "FAIL", "ERROR")
 _REPORT_KEYS = ("harness_version", "started", "finished", "verdict", "counts", "context", "results")
 _ITEM_FIELDS = {f.name for f in dataclasses.fields(ItemResult)}
+_ITEM_REQUIRED = [
+    f.name
+    for f in dataclasses.fields(ItemResult)
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+]
 
 
 class ReportError(HarnessError):
-    """A JSON file is not a parity report (or a sign-off's report.json)."""
+    """A JSON file is not a parity report (or a sign-off's report.json); a file that is not one
+    at all is harness/report.py's ReportFileError, from the reader `matrix` shares."""
 
 
 def check_id(model: str, scenario: str, check: str) -> str:
@@ -58,9 +63,13 @@ class ParityReport:
             raise ReportError(f"{where}: not a parity report, missing key(s) {missing}")
         results = []
         for i, item in enumerate(data["results"]):
+            absent = [k for k in _ITEM_REQUIRED if k not in item] if isinstance(item, dict) else []
+            if absent:
+                raise ReportError(f"{where}: results[{i}]: missing key(s) {absent} of a check's result")
             try:
                 # Unknown keys are ignored so that a newer harness's reports stay readable.
-                results.append(ItemResult(**{k: v for k, v in item.items() if k in _ITEM_FIELDS}))
+                fields = {k: v for k, v in item.items() if k in _ITEM_FIELDS}
+                results.append(ItemResult(**fields | {"details": fields.get("details") or {}}))
             except TypeError as e:
                 raise ReportError(f"{where}: results[{i}]: {e}") from e
         return cls(
@@ -75,10 +84,11 @@ class ParityReport:
 
     @classmethod
     def load(cls, path: Path) -> ParityReport:
+        """A report file (`--from-report`, `--previous`), read and checked by `read_report`."""
         try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise ReportError(f"{path}: cannot read a JSON report: {e}") from e
+            data = read_report(path)
+        except ReportFileError as e:
+            raise ReportError(str(e)) from e
         return cls.from_dict(data, str(path))
 
     @property
