@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shlex
 import shutil
@@ -33,9 +32,13 @@ GOOD, BAD, SKIP, STOP = 0, 1, 125, 128  # git bisect run's exit codes
 def run_command(
     cmd: list[str], cwd: Path | None = None, capture: bool = False, quiet: bool = False
 ) -> subprocess.CompletedProcess:
-    """git, or the harness's own parity run of one commit (never an oracle's process)."""
+    """git, or the harness's own parity run of one commit (never an oracle's process). Every
+    child shares this checkout's cache (a commit's own would convert the artifact anew)."""
+    from harness import settings
+
     out = subprocess.PIPE if capture or quiet else None
-    return subprocess.run(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT if capture else out, text=True)
+    env = settings.environment() | {"MLX_PARITY_CACHE": str(cache_root())}
+    return subprocess.run(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT if capture else out, text=True, env=env)
 
 
 MAX_RERUNS = 20
@@ -186,17 +189,9 @@ def run(args: argparse.Namespace) -> int:
     git = ["git", "-C", str(tree)]
     if run_command(["git", "-C", str(repo), "worktree", "add", "--detach", str(tree), args.bad], quiet=True).returncode:
         raise HarnessError(f"cannot make a worktree of {repo} at {args.bad} in {tree}")
-    env_cache = {"MLX_PARITY_CACHE": str(cache_root())}  # the steps share this checkout's cache
-    old_env = {k: os.environ.get(k) for k in env_cache}
-    os.environ.update(env_cache)
     try:
         return _bisect(args, work, tree, git)
     finally:
-        for k, v in old_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         run_command([*git, "bisect", "reset"], quiet=True)
         run_command(["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)], quiet=True)
         shutil.rmtree(work, ignore_errors=True)
