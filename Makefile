@@ -20,7 +20,7 @@ endif
 # split into words, on purpose (several harness options).
 q = '$(subst ','\'',$(1))'
 
-.PHONY: help parity goldens test nightly signoff lint bench list venv clean-cache mutants vad calibrate quality certify
+.PHONY: help parity goldens test nightly signoff lint bench list venv clean-cache mutants vad calibrate quality certify coverage
 
 venv: $(VENV)/.installed
 
@@ -76,6 +76,15 @@ list: venv
 
 clean-cache:
 	rm -rf .cache
+
+## make coverage [COVERAGE_DIR=...]: make test with branch coverage recorded (models/ by the gates' parity runs, the judges by the tests; docs/coverage.md), then its report: every branch not walked, HTML and coverage.json under reports/coverage-<time>/; exit status make test's
+COVERAGE_DIR ?= .cache/coverage
+coverage: venv
+	@rm -rf $(call q,$(COVERAGE_DIR))/parity $(call q,$(COVERAGE_DIR))/tests
+	@out=reports/coverage-$$(date -u +%Y%m%dT%H%M%SZ); status=0; \
+	MLX_PARITY_COVERAGE=$(call q,$(abspath $(COVERAGE_DIR))) $(PY) -m pytest tests -n $(call q,$(WORKERS)) --dist loadgroup -p no:cacheprovider $(ARGS) || status=$$?; \
+	$(PY) -m harness coverage --data $(call q,$(abspath $(COVERAGE_DIR))) --html "$$out" --json "$$out/coverage.json" || true; \
+	exit $$status
 
 ## make mutants: inject known faults into the in-tree implementations; every one must be caught (exit 1 otherwise)
 mutants: venv

@@ -86,6 +86,14 @@ SETTINGS = (
         "the results store every parity run appends to (SQLite; docs/history.md); unset: <cache>/history.sqlite",
     ),
     Setting(
+        "MLX_PARITY_COVERAGE",
+        "coverage",
+        "path",
+        None,
+        "record branch coverage into this folder: a parity run's of models/ (parity/), make test's of the judges "
+        "(tests/); `python -m harness coverage` reports it (docs/coverage.md); unset: nothing recorded",
+    ),
+    Setting(
         "MLX_PARITY_ORACLE_PYTHON",
         "oracle_python",
         "path",
@@ -165,6 +173,7 @@ class Settings:
     goldens: Path
     reports: Path
     history: Path | None
+    coverage: Path | None
     oracle_python: Path | None
     oracle_pythonpath: str
     hub_offline: bool

@@ -41,6 +41,16 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+def parity_env() -> dict[str, str]:
+    """The environment of a real `python -m harness parity` child: none of this session's
+    MLX_PARITY_* settings but quiet progress, and MLX_PARITY_COVERAGE when set (the gates' runs in
+    make test are what models/' branch coverage is made of: harness/branch_coverage.py)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLX_PARITY_")} | {"MLX_PARITY_QUIET": "1"}
+    if "MLX_PARITY_COVERAGE" in os.environ:
+        env["MLX_PARITY_COVERAGE"] = os.environ["MLX_PARITY_COVERAGE"]
+    return env
+
+
 def write_profile(root: Path, name: str = "tiny", text: str | None = None) -> Path:
     path = root / "profiles" / f"{name}.yaml"
     path.write_text(text if text is not None else VALID_PROFILE.format(name=name))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ from harness.artifacts.twins import build_twin
 from harness.paths import REPO_ROOT
 from harness.profile.load import find_profile
 from harness.tools.mutant_faults_streams import SPM, SPM_KEEP_SPACE, STREAM_MUTANTS, UNIGRAM
+from tests.conftest import parity_env
 
 # model -> (mlx-lm's detokenizer class, its trim_space; the in-tree stream class, its trim_first_space)
 PICKS = {
@@ -76,7 +76,7 @@ def test_the_oracle_and_the_in_tree_side_pick_corresponding_streams(model: str) 
 @pytest.mark.parametrize("model", _models())
 def test_make_parity_passes_and_walks_the_finalize_flush(model: str, tmp_path: Path) -> None:
     report_path = tmp_path / "report.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLX_PARITY_")} | {"MLX_PARITY_QUIET": "1"}
+    env = parity_env()
     out = subprocess.run(
         [sys.executable, "-m", "harness", "parity", "--model", model, "--report", str(report_path)],
         capture_output=True,

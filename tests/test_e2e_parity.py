@@ -9,7 +9,6 @@ is exercised for real.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 from harness.implementations import LLM
 from harness.paths import REPO_ROOT
 from harness.profile.load import find_profile
+from tests.conftest import parity_env
 
 pytestmark = pytest.mark.slow
 
@@ -75,7 +75,7 @@ REQUIRED_SCENARIOS = {
 @pytest.mark.parametrize("model", [pytest.param(m, marks=pytest.mark.xdist_group(m)) for m in REQUIRED_SCENARIOS])
 def test_make_parity_passes_in_both_modes(model: str, tmp_path: Path) -> None:
     report_path = tmp_path / "report.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLX_PARITY_")} | {"MLX_PARITY_QUIET": "1"}
+    env = parity_env()
     out = subprocess.run(
         [sys.executable, "-m", "harness", "parity", "--model", model, "--report", str(report_path), "-n", "2"]
         + ["--", "-m", "not nightly"],  # nightly-tagged scenarios run in make nightly / make parity

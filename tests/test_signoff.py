@@ -48,6 +48,7 @@ from harness.signoff.model import BLOCKED, INCOMPLETE, SIGNED_OFF, ParityReport
 from harness.signoff.plots import scenario_plots
 from harness.signoff.waivers import Waiver, WaiverError, load_waivers, parse_waivers
 from harness.signoff.writer import SIGNOFF_FILES
+from tests.conftest import parity_env
 
 pytestmark = pytest.mark.xdist_group("signoff")  # one worker makes the real sign-off once
 
@@ -64,11 +65,7 @@ class RealSignoff:
 
 
 def _cli(*args: str, timeout: int = 900, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    env = (
-        {k: v for k, v in os.environ.items() if not k.startswith("MLX_PARITY_")}
-        | {"MLX_PARITY_QUIET": "1"}
-        | (env or {})
-    )
+    env = parity_env() | (env or {})
     return subprocess.run(
         [sys.executable, "-m", "harness", *args],
         capture_output=True,

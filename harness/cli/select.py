@@ -21,7 +21,10 @@ def pytest_arguments(args: argparse.Namespace) -> list[str]:
     # The plugin is named explicitly: profiles may live outside the repo (MLX_PARITY_PROFILES).
     # pytest's cache (--lf, --ff) lives in the harness's cache, never beside the profiles.
     out = [] if targets else [str(profiles_dir())]
-    out += ids + ["-p", "harness.pytest_plugin", "-q", "-rN", "--tb=no", f"--rootdir={node_root()}"]
+    # First of the plugins: with MLX_PARITY_COVERAGE set it records models/' branch coverage from
+    # before any model module is imported, in the xdist workers too (harness/branch_coverage.py).
+    out += ids + ["-p", "harness.branch_coverage_plugin", "-p", "harness.pytest_plugin"]
+    out += ["-q", "-rN", "--tb=no", f"--rootdir={node_root()}"]
     out += ["-o", f"cache_dir={cache_root() / 'pytest'}", "-o", "console_output_style=count"]
     for model in args.model:
         out += ["--model", model]

@@ -53,6 +53,15 @@ def _matrix(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mixed-versions", action="store_true", help="merge results of different harness versions")
 
 
+def _coverage(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", help="the folder MLX_PARITY_COVERAGE named when it was recorded (default: that setting)")
+    p.add_argument("--area", action="append", choices=("parity", "tests"), help="only this area (repeatable)")
+    p.add_argument("--html", help="a new folder for coverage.py's HTML report, one subfolder per area")
+    p.add_argument("--json", help="write the figures and every branch not walked to this JSON file")
+    p.add_argument("--list", type=int, default=400, help="branches not walked printed per area (default 400)")
+    p.add_argument("--fail-under", type=float, help="exit 1 when an area walks fewer percent of its branches")
+
+
 def _bisect(p: argparse.ArgumentParser) -> None:
     options.model(p, required=True, what="the profile whose check broke")
     p.add_argument("--check", required=True, help="SCENARIO/CHECK, as a failure's rerun command names it")
@@ -222,6 +231,7 @@ def _bench_whisper_worker(p: argparse.ArgumentParser) -> None:
 VERBS = (
     Verb("parity", "harness.cli.core:parity", "gate models against their oracles (pytest underneath)", _parity, True),
     Verb("history", "harness.history.cli:run", "per check: last runs per device, first failure, flakes", _history),
+    Verb("coverage", "harness.branch_coverage:run", "branch coverage recorded by the gates and make test", _coverage),
     Verb("matrix", "harness.history.matrix:run", "which check holds on which device, from many reports", _matrix),
     Verb("bisect", "harness.history.bisect:run", "the first commit that broke one check (git bisect run)", _bisect),
     Verb("goldens", "harness.cli.core:goldens", "(re)generate a model's goldens with its oracle, explicitly", _goldens),

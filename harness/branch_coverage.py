@@ -1,0 +1,292 @@
+"""Branch coverage of the code the gates judge, recorded by the gates themselves (issue 53 part 1).
+
+With `MLX_PARITY_COVERAGE=<folder>` set:
+- every `python -m harness parity` process, and each of its pytest-xdist workers, records branch
+  coverage of models/ (the in-tree implementations) into `<folder>/parity/` (the pytest plugin
+  `harness.branch_coverage_plugin`, loaded first so that no model module is imported before);
+- `make test`'s processes record branch coverage of the judges (JUDGES below) into
+  `<folder>/tests/` (the repository's conftest.py, before it imports the harness).
+
+`python -m harness coverage` merges each area over every process and profile that wrote into it,
+takes out the branches `coverage-exempt.yaml` lists with a reason, prints a summary per file and
+every branch not walked, and writes coverage.py's HTML report. The figures are docs/coverage.md.
+
+An area is what a measurement means: models/ walked *by the gates* (parity runs of the
+profiles' scenarios, never unit tests calling a model directly), and the judges walked by the
+harness's own tests.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import HarnessError
+from harness.paths import REPO_ROOT
+
+EXEMPT_FILE = REPO_ROOT / "coverage-exempt.yaml"
+TARGET = 95.0  # percent of the branches (exempt ones taken out) each area must walk
+
+
+@dataclass(frozen=True)
+class Area:
+    name: str
+    what: str
+    sources: tuple[str, ...]  # repository paths: folders or files
+
+
+AREAS = {
+    "parity": Area("parity", "models/ walked by the gates (python -m harness parity)", ("models",)),
+    "tests": Area(
+        "tests",
+        "the judges walked by make test",
+        (
+            "harness/checks",
+            "harness/coverage.py",
+            "harness/records.py",
+            "harness/records_schema.py",
+            "harness/goldens",
+            "harness/signoff/waivers.py",
+            "harness/signoff/verdict.py",
+        ),
+    ),
+}
+
+_started: dict[str, Any] = {}
+
+
+def folder() -> Path | None:
+    from harness import settings
+
+    return settings.read().coverage
+
+
+def start(area: str) -> bool:
+    """Record `area`'s branch coverage in this process until it exits (once per process);
+    False when MLX_PARITY_COVERAGE is unset."""
+    root = folder()
+    if root is None or _started:  # one area a process: a parity run's conftest is not make test's
+        return root is not None and area in _started
+    import coverage
+
+    spec = AREAS[area]
+    out = Path(root).expanduser().resolve() / area
+    out.mkdir(parents=True, exist_ok=True)
+    cov = coverage.Coverage(
+        data_file=str(out / ".coverage"),
+        data_suffix=True,  # one file per process: .coverage.<host>.<pid>.<random>
+        branch=True,
+        source=[str(REPO_ROOT / s) for s in spec.sources if (REPO_ROOT / s).exists()],
+        config_file=False,
+    )
+    cov.start()
+    _started[area] = cov
+
+    def save() -> None:
+        cov.stop()
+        cov.save()
+
+    atexit.register(save)
+    return True
+
+
+@dataclass
+class FileFigures:
+    path: str  # relative to the repository
+    branches: int
+    walked: int
+    exempt: list[tuple[int, int]] = field(default_factory=list)
+    missing: list[tuple[int, int]] = field(default_factory=list)  # not walked, not exempt
+
+    @property
+    def judged(self) -> int:
+        return self.branches - len(self.exempt)
+
+
+@dataclass
+class AreaFigures:
+    area: Area
+    files: list[FileFigures]
+    processes: int
+    stale_exemptions: list[str]
+
+    @property
+    def branches(self) -> int:
+        return sum(f.judged for f in self.files)
+
+    @property
+    def walked(self) -> int:
+        return sum(f.walked for f in self.files)
+
+    @property
+    def exempt(self) -> int:
+        return sum(len(f.exempt) for f in self.files)
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * self.walked / self.branches if self.branches else 100.0
+
+
+@dataclass(frozen=True)
+class Exemption:
+    file: str
+    line: int
+    reason: str
+
+
+def load_exemptions(path: Path = EXEMPT_FILE) -> list[Exemption]:
+    """coverage-exempt.yaml: a list of {file, line, reason}; every branch leaving `line` of
+    `file` is taken out of the figures. Refused, naming the entry, when malformed."""
+    import yaml
+
+    if not path.exists():
+        return []
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise HarnessError(f"{path.name}: unreadable: {e}") from None
+    if not isinstance(data, list):
+        raise HarnessError(f"{path.name}: expected a list of {{file, line, reason}} entries, got {type(data).__name__}")
+    out = []
+    for i, entry in enumerate(data, 1):
+        where = f"{path.name} entry {i}"
+        if not isinstance(entry, dict) or set(entry) != {"file", "line", "reason"}:
+            raise HarnessError(f"{where}: expected exactly the keys file, line, reason, got {entry!r}")
+        file, line, reason = entry["file"], entry["line"], entry["reason"]
+        if not isinstance(file, str) or not (REPO_ROOT / file).is_file():
+            raise HarnessError(f"{where}: file {file!r} is not a file of the repository")
+        if not isinstance(line, int) or isinstance(line, bool) or line < 1:
+            raise HarnessError(f"{where}: line must be a positive line number, got {line!r}")
+        if not isinstance(reason, str) or len(reason.split()) < 3:
+            raise HarnessError(f"{where} ({file}:{line}): a reason of a few words is required, got {reason!r}")
+        out.append(Exemption(file, line, reason))
+    return out
+
+
+def measure(area: str, root: Path, exemptions: list[Exemption], html: Path | None = None) -> AreaFigures:
+    """Merge `root/<area>`'s data files (kept) and judge them against the exemptions."""
+    import coverage
+
+    spec = AREAS[area]
+    data_dir = root / area
+    pieces = sorted(data_dir.glob(".coverage.*")) if data_dir.is_dir() else []
+    if not pieces:
+        raise HarnessError(
+            f"no coverage recorded for {area} ({spec.what}) in {data_dir}: run with MLX_PARITY_COVERAGE={root} first"
+        )
+    with tempfile.TemporaryDirectory() as tmp:
+        cov = coverage.Coverage(
+            data_file=str(Path(tmp) / ".coverage"),
+            branch=True,
+            source=[str(REPO_ROOT / s) for s in spec.sources if (REPO_ROOT / s).exists()],
+            config_file=False,
+        )
+        cov.combine([str(p) for p in pieces], keep=True)
+        cov.load()
+        report = Path(tmp) / "report.json"
+        cov.json_report(outfile=str(report))
+        if html is not None:
+            cov.html_report(directory=str(html), title=f"branch coverage: {spec.what}")
+        data = json.loads(report.read_text())
+    by_line = {(e.file, e.line) for e in exemptions}
+    used = set()
+    files = []
+    for name, figures in sorted(data["files"].items()):
+        rel = Path(name).resolve().relative_to(REPO_ROOT).as_posix() if Path(name).is_absolute() else name
+        missing_all = [tuple(b) for b in figures.get("missing_branches", [])]
+        exempt = [b for b in missing_all if (rel, b[0]) in by_line]
+        used |= {(rel, b[0]) for b in exempt}
+        summary = figures["summary"]
+        files.append(
+            FileFigures(
+                path=rel,
+                branches=summary["num_branches"],
+                walked=summary["covered_branches"],
+                exempt=exempt,
+                missing=[b for b in missing_all if b not in exempt],
+            )
+        )
+    stale = [
+        f"{e.file}:{e.line} ({e.reason}): no branch of that line is left unwalked"
+        for e in exemptions
+        if (e.file, e.line) not in used and any(e.file.startswith(s) for s in spec.sources)
+    ]
+    return AreaFigures(spec, files, len(pieces), stale)
+
+
+def source_line(path: str, line: int) -> str:
+    try:
+        return (REPO_ROOT / path).read_text(encoding="utf-8").splitlines()[line - 1].strip()
+    except (OSError, IndexError, UnicodeDecodeError):
+        return ""
+
+
+def render(figures: AreaFigures, listed: int = 400) -> str:
+    """The terminal summary: per file, then every branch not walked (source line, where it goes)."""
+    lines = [
+        f"{figures.area.name}: {figures.area.what}: {figures.walked}/{figures.branches} branches walked "
+        f"({figures.percent:.1f} %, target {TARGET:.0f} %), {figures.exempt} exempt, "
+        f"merged from {figures.processes} process(es)"
+    ]
+    for f in figures.files:
+        if f.branches:
+            pct = 100.0 * f.walked / f.judged if f.judged else 100.0
+            lines.append(f"  {f.path:48} {f.walked:5}/{f.judged:<5} {pct:5.1f} %  exempt {len(f.exempt)}")
+    missing = [(f.path, b) for f in figures.files for b in f.missing]
+    if missing:
+        lines.append(
+            f"branches not walked ({len(missing)}; each needs a scenario, a test or a coverage-exempt.yaml entry):"
+        )
+        for path, (src, dst) in missing[:listed]:
+            where = "exit" if dst < 0 else f"line {dst}"
+            lines.append(f"  {path}:{src} -> {where}: {source_line(path, src)[:80]}")
+        if len(missing) > listed:
+            lines.append(f"  ... and {len(missing) - listed} more (the HTML report lists every one)")
+    for s in figures.stale_exemptions:
+        lines.append(f"stale exemption (remove it): {s}")
+    return "\n".join(lines)
+
+
+def run(args: Any) -> int:
+    """`python -m harness coverage`: each area's figures from MLX_PARITY_COVERAGE's folder (or
+    --data), the branches not walked, HTML under --html; exit 1 under --fail-under."""
+    root = Path(args.data).expanduser().resolve() if args.data else folder()
+    if root is None:
+        raise HarnessError("no coverage folder: give --data DIR or set MLX_PARITY_COVERAGE (docs/coverage.md)")
+    exemptions = load_exemptions()
+    areas = args.area or list(AREAS)
+    html = Path(args.html).expanduser().resolve() if args.html else None
+    if html is not None and html.exists() and any(html.iterdir()):
+        raise HarnessError(f"--html {html}: exists and is not empty; name a new folder (nothing is written over)")
+    below = []
+    for i, area in enumerate(areas):
+        figures = measure(area, root, exemptions, html / area if html is not None else None)
+        print(("\n" if i else "") + render(figures, listed=args.list))
+        if args.json:
+            record = {
+                "area": area,
+                "what": figures.area.what,
+                "branches": figures.branches,
+                "walked": figures.walked,
+                "exempt": figures.exempt,
+                "percent": round(figures.percent, 2),
+                "processes": figures.processes,
+                "missing": [f"{f.path}:{a}->{b}" for f in figures.files for a, b in f.missing],
+            }
+            out = Path(args.json).expanduser().resolve()
+            from harness.fileio import atomic_write_json
+
+            existing = json.loads(out.read_text()) if out.is_file() and i else {}
+            atomic_write_json(out, existing | {area: record})
+        if args.fail_under is not None and figures.percent < args.fail_under:
+            below.append(f"{area} {figures.percent:.1f} % < {args.fail_under} %")
+    if html is not None:
+        print(f"HTML: {html}/<area>/index.html")
+    if below:
+        print(f"coverage below the bar: {'; '.join(below)}")
+        return 1
+    return 0
