@@ -48,6 +48,44 @@ def test_every_parity_run_is_appended_with_its_results(isolated: Path, monkeypat
     assert ("chat", "decode_logits", "failed", 0) in rows
 
 
+def test_m5_h2_a_parity_run_stores_its_profile_hash_and_an_unknown_identity_when_unresolved(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hostile probe 2, M5 (H2): each run stores, per model, the hash of the profile file it
+    read; where the report cannot say which goldens and implementation it used (here the
+    artifact is not in the cache: its provenance is an error), the identity is unknown (None)."""
+    import hashlib
+
+    db = isolated / "history.sqlite"
+    monkeypatch.setenv("MLX_PARITY_HISTORY", str(db))
+    profile = write_profile(isolated)
+    assert _cli("parity", "--model", "tiny", "--", "-p", "tests.fault_plugin").returncode == 0
+    with connect(db, write=False) as conn:
+        identities = json.loads(conn.execute("SELECT identities FROM runs").fetchone()[0])
+        keys = {r[0] for r in conn.execute("SELECT identity FROM results")}
+    assert identities["tiny"]["profile"] == hashlib.sha256(profile.read_bytes()).hexdigest()
+    assert identities["tiny"]["key"] is None and keys == {None}
+
+
+def test_m5_h2_a_run_stores_one_key_per_model_of_equal_runs(tmp_path: Path) -> None:
+    """Hostile probe 2, M5 (H2): the same profile, manifests and implementation give one key;
+    another implementation (a plug-in build's pins) gives another."""
+    from harness.history.store import _identities
+
+    manifest = tmp_path / "plain.json"
+    manifest.write_text("{}")
+    implementation = {"name": "plug", "in_tree": False, "pins_hash": "1"}
+    facts = {"goldens": {"plain": {"manifest": str(manifest)}}, "implementation": implementation}
+    context = {"models": ["smollm2-135m"], "provenance": {"smollm2-135m": facts}}
+    first, again = _identities(context)["smollm2-135m"], _identities(context)["smollm2-135m"]
+    assert first["key"] and first == again
+    implementation["pins_hash"] = "2"
+    assert _identities(context)["smollm2-135m"]["key"] != first["key"]
+    manifest.write_text("{ }")
+    implementation["pins_hash"] = "1"
+    assert _identities(context)["smollm2-135m"]["key"] != first["key"]
+
+
 def test_two_concurrent_parity_runs_are_both_kept_whole(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     db = isolated / "history.sqlite"
     monkeypatch.setenv("MLX_PARITY_HISTORY", str(db))

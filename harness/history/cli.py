@@ -1,10 +1,13 @@
 """`python -m harness history`: per check, its last runs per device key, the run where it first
 failed (of the failures up to now), and flips on one commit and device, which are flaky.
 
-A flip is a check that both passed and failed (or erred) on the same commit, with no
-uncommitted changes, on the same device key: nothing that changes bits changed between those
-runs, so at L1 the flake is a harness bug (or a nondeterministic backend), and it is reported
-as such, never as a pass.
+A flip is a check that both passed and failed on the same commit, with no uncommitted changes,
+on the same device key, against the same profile file, golden manifests and implementation (the
+identity each run stores, harness/history/store.py): nothing that changes bits changed between
+those runs, so at L1 the flake is a harness bug (or a nondeterministic backend), and it is
+reported as such, never as a pass. Only a FAIL and a PASS make a flip: an ERROR (a stale golden,
+a crash) or a skip says nothing about the bits, so it is shown but never makes one; a run of
+unknown identity (appended before the store recorded it) is paired with none.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from pathlib import Path
 
 from harness.history.store import connect, store_path
 
-MARK = {"passed": "✓", "failed": "F", "error": "E"}
+MARK = {"passed": "✓", "failed": "F", "error": "E", "skipped": "s"}
 
 
 @dataclass
@@ -26,6 +29,7 @@ class Run:
     commit: str | None
     dirty: bool | None
     device: str | None
+    identity: str | None = None  # the model's profile/goldens/implementation identity; None: unknown
 
 
 @dataclass
@@ -47,12 +51,13 @@ class Line:
         return first
 
     def flips(self) -> list[str]:
-        """Commits (clean checkouts) on which this check both passed and did not, on this device."""
-        by_commit: dict[str, set[str]] = {}
+        """Commits (clean checkouts) on which this check both passed and failed, on this device,
+        among runs of one known identity. ERROR and skipped rows never count."""
+        by_run: dict[tuple[str, str], set[str]] = {}
         for run, outcome, _, _ in self.runs:
-            if run.commit and run.dirty is False:
-                by_commit.setdefault(run.commit, set()).add("passed" if outcome == "passed" else "not")
-        return sorted(c for c, seen in by_commit.items() if len(seen) == 2)
+            if run.commit and run.dirty is False and run.identity and outcome in ("passed", "failed"):
+                by_run.setdefault((run.commit, run.identity), set()).add(outcome)
+        return sorted({commit for (commit, _), seen in by_run.items() if len(seen) == 2})
 
 
 def read_lines(db: Path, model: str | None, check: str | None) -> tuple[list[Line], int]:
@@ -65,7 +70,7 @@ def read_lines(db: Path, model: str | None, check: str | None) -> tuple[list[Lin
         params += [check, check]
     sql = (
         "SELECT u.id, u.started, u.commit_sha, u.dirty, u.device_key, r.model, r.scenario, r.check_name, r.tier, "
-        "r.outcome, r.first_bad_step, r.module FROM results r JOIN runs u ON u.id = r.run_id"
+        "r.outcome, r.first_bad_step, r.module, r.identity FROM results r JOIN runs u ON u.id = r.run_id"
         + " WHERE "
         + " AND ".join(where)
         + " ORDER BY u.id, r.rowid"
@@ -74,7 +79,7 @@ def read_lines(db: Path, model: str | None, check: str | None) -> tuple[list[Lin
     with connect(db, write=False) as conn:
         total = conn.execute("SELECT COUNT(*) FROM runs WHERE kind = 'parity'").fetchone()[0]
         for row in conn.execute(sql, params):
-            run = Run(row[0], row[1], row[2], None if row[3] is None else bool(row[3]), row[4])
+            run = Run(row[0], row[1], row[2], None if row[3] is None else bool(row[3]), row[4], row[12])
             key = (row[5], row[6], row[7], row[4])
             line = lines.setdefault(key, Line(row[5], row[6], row[7], row[8], row[4]))
             line.runs.append((run, row[9], row[10], row[11]))

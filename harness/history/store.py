@@ -5,7 +5,9 @@ queries need no ORM or engine, the project venv needs no new pin, and the oracle
 scripts could read it with nothing installed. Its schema is versioned by a `migrations`
 table (each applied step with its time); opening an older file applies the missing steps in
 one transaction, a newer one is refused. Default path `<cache>/history.sqlite`
-(`MLX_PARITY_HISTORY` moves it).
+(`MLX_PARITY_HISTORY` moves it). Each run stores, per model, the hashes of the profile file,
+golden manifests and implementation it ran with (`identities`, and each result's `identity`):
+`history` calls a flip flaky only among runs of one identity.
 
 Nothing is ever lost or overwritten: a run is one transaction (WAL, so readers never block a
 writer, and a busy timeout, so two runs or xdist's controller and another run append both);
@@ -18,6 +20,7 @@ an OSError from the middle of a run (the parity run's report is still written, e
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sqlite3
@@ -78,6 +81,14 @@ MIGRATIONS: tuple[str, ...] = (
         summary TEXT
     );
     CREATE INDEX results_by_check ON results (model, check_name, scenario);
+    """,
+    # What each model of a run was checked against (issue 51 M5): runs.identities, JSON: per
+    # model the hashes of its profile file, golden manifests and implementation, and their
+    # `key`; results.identity, the key of the result's model. `history` pairs only runs of one
+    # key; rows older than this step have none (NULL: unknown), paired with nothing.
+    """
+    ALTER TABLE runs ADD COLUMN identities TEXT;
+    ALTER TABLE results ADD COLUMN identity TEXT;
     """,
 )
 
@@ -255,14 +266,19 @@ def record(path: Path, kind: str, report: dict[str, Any], report_path: Path | No
         json.dumps(context.get("models", [])),
         str(report_path) if report_path else None,
     )
+    identities = _identities(context)
+    run = (*run, json.dumps(identities))
     with connect(path, write=True) as conn:
         conn.execute("BEGIN IMMEDIATE")
         try:
             cursor = conn.execute(f"INSERT INTO runs VALUES (NULL, {', '.join('?' * len(run))})", run)
             run_id = int(cursor.lastrowid or 0)
             conn.executemany(
-                "INSERT INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [_result_row(run_id, r) for r in report.get("results", [])],
+                "INSERT INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (*_result_row(run_id, r), (identities.get(r["model"]) or {}).get("key"))
+                    for r in report.get("results", [])
+                ],
             )
             conn.execute("COMMIT")
         except BaseException:
@@ -270,6 +286,72 @@ def record(path: Path, kind: str, report: dict[str, Any], report_path: Path | No
                 conn.execute("ROLLBACK")
             raise
     return run_id
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _canonical(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str).encode()
+
+
+def _profile_hash(model: str) -> str | None:
+    """The sha256 of the bytes of the profile file `model` is read from now (MLX_PARITY_PROFILES
+    included): the run appending itself reads the profile it ran. None where there is none."""
+    from harness.profile.load import available_profiles
+    from harness.profile.vad import available_vad_profiles
+
+    try:
+        path = available_profiles().get(model) or available_vad_profiles().get(model)
+        return _sha256(path.read_bytes()) if path is not None else None
+    except (HarnessError, OSError):
+        return None
+
+
+def _goldens_hash(goldens: Any) -> str | None:
+    """The sha256 of the golden manifests a model's run used (the report's provenance names
+    each, MLX_PARITY_GOLDENS included): per scenario its manifest's bytes, or what the report
+    says of it where the file cannot be read (none yet, or an error)."""
+    if not isinstance(goldens, dict):
+        return None
+    from harness.paths import REPO_ROOT
+
+    parts = {}
+    for scenario, entry in sorted(goldens.items()):
+        manifest = entry.get("manifest") if isinstance(entry, dict) else None
+        try:
+            parts[scenario] = _sha256((REPO_ROOT / manifest).read_bytes()) if isinstance(manifest, str) else None
+        except OSError:
+            parts[scenario] = None
+        if parts[scenario] is None:
+            parts[scenario] = {"unread": entry}
+    return _sha256(_canonical(parts))
+
+
+def _identities(context: dict[str, Any]) -> dict[str, dict[str, str | None]]:
+    """Per model of the run: the hashes of its profile file, its golden manifests and its
+    implementation (the report's `provenance.implementation`: in-tree by name, or a plug-in's
+    command and pins), and `key`, the hash of the three, which `history` pairs runs by; `key`
+    is None (unknown, paired with nothing) where any part cannot be known."""
+    provenance = context.get("provenance")
+    models = context.get("models")
+    if not isinstance(provenance, dict) or not isinstance(models, list):
+        return {}
+    out: dict[str, dict[str, str | None]] = {}
+    for model in models:
+        if not isinstance(model, str):
+            continue
+        facts = provenance.get(model)
+        known = isinstance(facts, dict) and "error" not in facts  # else its profile or artifact failed to load
+        parts = {
+            "profile": _profile_hash(model),
+            "goldens": _goldens_hash(facts.get("goldens")) if known else None,
+            "implementation": _sha256(_canonical(facts.get("implementation"))) if known else None,
+        }
+        known = all(parts.values())
+        out[model] = parts | {"key": _sha256(_canonical(parts)) if known else None}
+    return out
 
 
 def _pins(context: dict[str, Any]) -> dict[str, Any]:
