@@ -186,3 +186,18 @@ def _record_v1(path: Path, kind: str, report: dict, report_path: Path | None) ->
             [(run_id, r["model"], r["scenario"], r["check"], r.get("tier"), r["outcome"]) for r in report["results"]],
         )
     return run_id
+
+
+@pytest.mark.parametrize("last", ["-1", "0", "10001"])
+def test_l14_h3_last_outside_1_to_10000_is_a_usage_error(tmp_path: Path, capsys, monkeypatch, last: str) -> None:
+    """Hostile probe 2, L14 (H3): `history --last -1` was an IndexError traceback; a count
+    outside 1..10000 is now the verb's usage and a line naming --last, exit 2."""
+    db = tmp_path / "history.sqlite"
+    monkeypatch.setattr(store, "checkout_state", lambda: ("abc1234", False))
+    store.record(db, "parity", _report("pass"), None)
+    with pytest.raises(SystemExit) as stopped:
+        cli(["history", "--db", str(db), "--last", last])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage:" in err and f"--last must be between 1 and 10000, got {last}" in err
+    assert "1 runs" in _history(db, capsys, "--last", "1")

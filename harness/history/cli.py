@@ -17,7 +17,10 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.errors import UsageError
 from harness.history.store import connect, store_path
+
+MAX_LAST = 10_000  # runs shown per check: more is no screen's worth
 
 MARK = {"passed": "✓", "failed": "F", "error": "E", "skipped": "s"}
 
@@ -111,6 +114,8 @@ def render(lines: list[Line], last: int) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not 1 <= args.last <= MAX_LAST:  # 0 would show every run, a negative one crash
+        raise UsageError(f"--last must be between 1 and {MAX_LAST}, got {args.last}")
     db = Path(args.db) if args.db else store_path()
     try:
         lines, total = read_lines(db, args.model, args.check)
