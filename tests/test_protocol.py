@@ -4,15 +4,18 @@ own process is judged by the same checks as an in-tree one, and each way of brea
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from harness.errors import HarnessError, InTreeRunError, OracleVersionError, ProfileError, RecordError
-from harness.oracle.plugin import HOST
+from harness.oracle.plugin import HOST, LineProcess, Timeout
 from harness.provenance import device_facts
 from harness.runners.process import ProcessRunner, ProtocolError
 from tests.conftest import VALID_PROFILE, write_profile
@@ -109,6 +112,58 @@ def test_a_hang_past_the_timeout_is_killed_and_named(isolated: Path) -> None:
     _profile(isolated, _fake("hang-at-run", run_timeout_s=2))
     caught = _first_error(isolated)
     assert isinstance(caught, ProtocolError) and "no answer to 'run' within 2 s" in str(caught)
+
+
+def _gone(pid: int, within: float = 5.0) -> bool:
+    """The process `pid` has ended (a zombie no one reaps counts as ended) within `within` seconds."""
+    stat = Path(f"/proc/{pid}/stat")
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        with contextlib.suppress(OSError):  # no /proc (macOS): alive while kill(pid, 0) says so
+            if stat.read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return True
+        time.sleep(0.05)
+    return False
+
+
+# An implementation that starts a child holding its stdout, then never answers (P50).
+HANGS_WITH_A_CHILD = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(20)"])
+print(child.pid, flush=True)
+sys.stdin.readline()
+time.sleep(3600)
+"""
+
+
+def test_m2_p50_a_timed_out_process_is_killed_with_its_children_and_closing_it_does_not_wait(tmp_path: Path) -> None:
+    script = tmp_path / "hangs.py"
+    script.write_text(HANGS_WITH_A_CHILD)
+    process = LineProcess([sys.executable, str(script)], dict(os.environ), tmp_path)
+    child = int(process.receive(10) or "0")
+    assert process.send('{"op": "hello"}')
+    started = time.monotonic()
+    with pytest.raises(Timeout):
+        process.receive(0.5)
+    process.kill()  # what ProcessRunner does on a timeout, then close
+    process.close()
+    assert time.monotonic() - started < 5, "close() waited on the child that holds its stdout"
+    assert _gone(child), f"its child {child} outlived it"
+
+
+def test_m2_p50_a_run_past_its_timeout_ends_with_nothing_of_the_implementation_left_running(isolated: Path) -> None:
+    _profile(isolated, _fake("hang-with-a-child-at-run", run_timeout_s=1))
+    started = time.monotonic()
+    caught = _first_error(isolated)
+    assert time.monotonic() - started < 15
+    assert isinstance(caught, ProtocolError) and "no answer to 'run' within 1 s" in str(caught)
+    child = re.search(r"child (\d+)", str(caught))
+    assert child is not None, str(caught)
+    assert _gone(int(child[1])), "the implementation's child outlived the run"
 
 
 def test_a_plugin_profile_is_validated_at_the_edge(isolated: Path) -> None:

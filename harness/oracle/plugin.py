@@ -6,7 +6,9 @@ the lines mean is harness/runners/process.py's."""
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
+import signal
 import subprocess
 import threading
 from pathlib import Path
@@ -24,25 +26,44 @@ from harness.timing import clock
 HOST = REPO_ROOT / "plugins" / "host.py"  # runs inside the plugin venv: imports nothing of ours
 
 
+KILL_WAIT_S = 10.0  # for its process to be reaped once SIGKILL is sent (then it is given up on)
+READER_WAIT_S = 2.0  # for the thread reading its stdout to see the end once its group is killed
+
+
 class Timeout(Exception):
     """No line came within the time given."""
 
 
 class LineProcess:
-    """A started implementation: JSON lines to its stdin, lines from its stdout, stderr to a file."""
+    """A started implementation: JSON lines to its stdin, lines from its stdout, stderr to a file.
+
+    It leads a process group of its own: `kill` (on a timeout, and in `close`) sends SIGKILL to the
+    whole group, so a child it started that holds its stdout (or anything else) goes with it. No
+    call waits without a time limit: `close` never waits on the thread reading its stdout, which
+    ends by itself when the last holder of the pipe is gone."""
 
     def __init__(self, cmd: list[str], env: dict[str, str], work: Path):
         self.stderr_path = work / "stderr.log"
         self._stderr = open(self.stderr_path, "w")  # noqa: SIM115 - open for the process's life
-        self._proc = start_process(cmd, env, work, stdin=subprocess.PIPE, stderr=self._stderr)
+        self._proc = start_process(cmd, env, work, stdin=subprocess.PIPE, stderr=self._stderr, new_session=True)
         self._lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self) -> None:
-        assert self._proc.stdout is not None
-        for line in self._proc.stdout:
-            self._lines.put(line)
-        self._lines.put(None)
+        """Its stdout, line by line, until the end; only this thread touches (and closes) it: a
+        close from another thread would wait on this thread's read (the lock of the stream)."""
+        stdout = self._proc.stdout
+        assert stdout is not None
+        try:
+            for line in stdout:
+                self._lines.put(line)
+        except (OSError, ValueError):
+            pass
+        finally:
+            self._lines.put(None)
+            with contextlib.suppress(OSError):
+                stdout.close()
 
     def send(self, line: str) -> bool:
         """False when its stdin is closed (it has exited)."""
@@ -50,7 +71,7 @@ class LineProcess:
             assert self._proc.stdin is not None
             self._proc.stdin.write(line + "\n")
             self._proc.stdin.flush()
-        except (BrokenPipeError, OSError):
+        except (BrokenPipeError, OSError, ValueError):
             return False
         return True
 
@@ -74,16 +95,19 @@ class LineProcess:
         return self.stderr_path.read_text(errors="replace").splitlines()[-lines:]
 
     def kill(self) -> None:
-        if self._proc.poll() is None:
-            self._proc.kill()
-        self.wait(10)
+        """SIGKILL to its process group (it, and whatever it started that is still in the group,
+        even once it has exited itself), then its exit is collected (at most KILL_WAIT_S)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        self.wait(KILL_WAIT_S)
 
     def close(self) -> None:
+        """Kill its group and close the harness's ends of its streams, in bounded time."""
         self.kill()
-        for stream in (self._proc.stdin, self._proc.stdout):
-            with contextlib.suppress(OSError):
-                if stream is not None:
-                    stream.close()
+        with contextlib.suppress(OSError, ValueError):
+            if self._proc.stdin is not None:
+                self._proc.stdin.close()
+        self._reader.join(READER_WAIT_S)  # at its end once the group is gone; a daemon if not
         self._stderr.close()
 
 

@@ -100,8 +100,12 @@ def work_directory() -> Iterator[Path]:
         yield work
 
 
-def start_process(cmd: list[str], env: dict[str, str], work: Path, stdin: int, stderr: int) -> subprocess.Popen[str]:
-    """The script's process: text lines on stdout, in its work folder, dying with the harness."""
+def start_process(
+    cmd: list[str], env: dict[str, str], work: Path, stdin: int, stderr: Any, new_session: bool = False
+) -> subprocess.Popen[str]:
+    """The script's process: text lines on stdout, in its work folder, dying with the harness.
+    `new_session`: it leads a session and process group of its own, so that it and every process
+    it starts (that stays in the group) can be killed at once (`os.killpg(proc.pid, ...)`)."""
     return subprocess.Popen(
         cmd,
         stdin=stdin,
@@ -111,6 +115,7 @@ def start_process(cmd: list[str], env: dict[str, str], work: Path, stdin: int, s
         env=env,
         cwd=work,
         preexec_fn=_parent_death_signal(),
+        start_new_session=new_session,
     )
 
 

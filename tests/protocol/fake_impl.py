@@ -4,6 +4,7 @@ named by its first argument. Runs with the project's interpreter; imports only n
 
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -59,6 +60,10 @@ def main():
                 print("Segmentation fault (pretend)", file=sys.stderr)
                 os._exit(139)
             if MODE == "hang-at-run":
+                time.sleep(3600)
+            if MODE == "hang-with-a-child-at-run":  # a child holding its stdout outlives it (P50)
+                child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(20)"])
+                print(f"child {child.pid}", file=sys.stderr, flush=True)
                 time.sleep(3600)
             if MODE == "refuse-run":
                 say({"op": "error", "id": message["id"], "message": "no such scenario kind here"})
