@@ -130,3 +130,49 @@ def test_the_variant_s_tracked_goldens_were_made_by_its_pins_under_its_key() -> 
         )
         environment = manifest["oracle_environment"]
         assert (environment["mlx"], environment["mlx-lm"]) == ("0.32.2", "0.32.2"), path
+
+
+@pytest.mark.parametrize("variant", ["../../../evilvariant", "a/b", ".hidden", "x\\\\y", "a b", "é", "x" * 101])
+def test_m7_v5_a_variant_that_is_not_a_plain_name_is_refused_at_profile_load(
+    oracles: Path, tmp_path: Path, variant: str
+) -> None:
+    """Hostile probe 2, M7 (V5) and L12 (V6): `oracle_variant: ../../../evilvariant` read pins
+    from outside the repository (here a copy of the project's, beside oracles/) and built the
+    oracle venv outside the cache; 'a/b' said "variants of mlx-lm: none". A variant is a plain
+    name, refused at load naming the profile, the field and the allowed form."""
+    (tmp_path / "evilvariant.txt").write_text(read_pins("mlx-lm"))
+    (oracles / "mlx-lm" / "variants" / "a").mkdir()
+    (oracles / "mlx-lm" / "variants" / "a" / "b.txt").write_text(read_pins("mlx-lm"))
+    path = _intree_profile(tmp_path, json.dumps(variant))
+    with pytest.raises(ProfileError) as refused:
+        load_profile(path)
+    message = str(refused.value)
+    assert message.startswith(f"{path}: oracle_variant: ")
+    assert "not a plain name: expected letters, digits, '-', '_' and '.', not starting with '.'" in message
+    assert "mlx-lm-0.32.2-mlx-0.32.2" in message  # the variants there are
+
+
+def test_l12_v6_a_variant_with_a_slash_names_the_variants_that_exist(oracles: Path) -> None:
+    """Hostile probe 2, L12 (V6): 'a/b' said "variants of mlx-lm: none" (it listed variants/a/);
+    it is now not a plain name, and that error, like an unknown variant's, lists variants/."""
+    (oracles / "mlx-lm" / "variants" / "a").mkdir()
+    listed = r"\(variants of mlx-lm: \['mlx-lm-0\.32\.2-mlx-0\.32\.2'\]\)"
+    with pytest.raises(OracleError, match=r"mlx-lm@a/b: variant 'a/b' is not a plain name: .*" + listed):
+        descriptor("mlx-lm@a/b")
+    with pytest.raises(OracleError, match=r"mlx-lm@nope: no pins for variant 'nope' .*" + listed):
+        descriptor("mlx-lm@nope")
+
+
+def test_m7_v5_an_oracle_venv_outside_the_cache_s_venvs_folder_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hostile probe 2, M7 (V5), defence in depth: whatever names an oracle, its venv lies in
+    <cache>/venvs/ or nothing is built."""
+    from harness.oracle.venvs import venv_root
+
+    monkeypatch.setenv("MLX_PARITY_CACHE", str(tmp_path / "cache"))
+    assert venv_root("mlx-lm@x", "abc") == tmp_path / "cache" / "venvs" / "mlx-lm@x-abc"
+    for name in ("mlx-lm@../../../evil", "../x", "/tmp/x"):
+        with pytest.raises(OracleError, match=r"oracle venv .* lies outside .*cache/venvs"):
+            venv_root(name, "abc")
+    assert not (tmp_path / "cache" / "venvs").exists()

@@ -14,6 +14,7 @@ key names the mlx its pins install: the comparison's, which the implementation m
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,10 @@ from harness.paths import oracles_dir
 
 FAMILIES = ("mlx", "torch", "native")
 VARIANT = "@"  # `<oracle>@<label>`: the oracle with the pins of oracles/<oracle>/variants/<label>.txt
+# A variant's label is a plain file name (no '/', no '..', no hidden file): its pins are read
+# from oracles/<oracle>/variants/ and its venv is made in <cache>/venvs/, never elsewhere.
+MAX_LABEL = 100
+PLAIN_NAME = re.compile(rf"[A-Za-z0-9_-][A-Za-z0-9._-]{{0,{MAX_LABEL - 1}}}")
 
 
 @dataclass(frozen=True)
@@ -139,7 +144,7 @@ COMPOSED_ORACLE = next(name for name, o in ORACLES.items() if o.composes)
 
 
 def descriptor(oracle: str) -> OracleDescriptor:
-    base, _, label = oracle.partition(VARIANT)
+    base, sep, label = oracle.partition(VARIANT)
     row = table_row(
         ORACLES,
         base,
@@ -147,11 +152,17 @@ def descriptor(oracle: str) -> OracleDescriptor:
         "a new oracle is a folder oracles/<name>/ and a row in harness/oracle/descriptor.py",
         OracleError,
     )
-    if not label:
+    if not sep:
         return row
+    known = sorted(p.stem for p in variants_dir(base).glob("*.txt") if PLAIN_NAME.fullmatch(p.stem))
+    if not PLAIN_NAME.fullmatch(label):  # it names a file: never a path out of variants/ (issue 51 M7)
+        raise OracleError(
+            f"oracle {oracle}: variant {label!r} is not a plain name: expected letters, digits, '-', '_' and '.', "
+            f"not starting with '.' (at most {MAX_LABEL} characters): the stem of a file in {variants_dir(base)} "
+            f"(variants of {base}: {known or 'none'})"
+        )
     pins = variant_pins_path(base, label)
     if not pins.is_file():
-        known = sorted(p.stem for p in pins.parent.glob("*.txt"))
         raise OracleError(
             f"oracle {oracle}: no pins for variant {label!r} at {pins} (variants of {base}: {known or 'none'})"
         )
@@ -160,8 +171,12 @@ def descriptor(oracle: str) -> OracleDescriptor:
     return dataclasses.replace(row, name=oracle)
 
 
+def variants_dir(base: str) -> Path:
+    return oracles_dir() / base / "variants"
+
+
 def variant_pins_path(base: str, label: str) -> Path:
-    return oracles_dir() / base / "variants" / f"{label}.txt"
+    return variants_dir(base) / f"{label}.txt"
 
 
 def is_mlx_free(oracle: str) -> bool:

@@ -106,10 +106,20 @@ def _ensure_oracle_env(oracle: str) -> OracleEnv:
         versions = json.dumps(env.versions(*ORACLE_DISTRIBUTIONS), sort_keys=True)
         return dataclasses.replace(env, pins_hash="external-" + hashlib.sha256(versions.encode()).hexdigest()[:12])
     digest = pins_hash(pins)
-    env = OracleEnv(name=oracle, root=cache_root() / "venvs" / f"{oracle}-{digest}", pins_hash=digest, pins=pins)
+    env = OracleEnv(name=oracle, root=venv_root(oracle, digest), pins_hash=digest, pins=pins)
     nodeps = nodeps_pins_path(oracle)
     how = Pins(pins_path(oracle), nodeps if nodeps.is_file() else None, torch=oracle_family(oracle) == "torch")
     return ensure_built(env, lambda: check_mlx_pin(oracle, pins, project_mlx()), how)
+
+
+def venv_root(oracle: str, digest: str) -> Path:
+    """`<cache>/venvs/<oracle>-<digest>`, refused unless it lies inside `<cache>/venvs/` (an oracle
+    name is checked where it is read, harness/oracle/descriptor.py; this holds whatever names it)."""
+    venvs = cache_root() / "venvs"
+    root = venvs / f"{oracle}-{digest}"
+    if root.parent != venvs:  # a '/' (or '..' in a part) in the name, or an absolute one
+        raise OracleError(f"oracle venv {root} lies outside {venvs}: {oracle!r} is not an oracle's name; nothing built")
+    return root
 
 
 @dataclass(frozen=True)
@@ -358,6 +368,6 @@ def release_env(oracle: str, dist: str, version: str) -> OracleEnv:
     folder.mkdir(parents=True, exist_ok=True)
     file = folder / f"{oracle}-{dist}-{version}-{digest}.txt"
     file.write_text(pins)
-    env = OracleEnv(name=oracle, root=cache_root() / "venvs" / f"{oracle}-{digest}", pins_hash=digest, pins=pins)
+    env = OracleEnv(name=oracle, root=venv_root(oracle, digest), pins_hash=digest, pins=pins)
     what = f"oracle venv with {dist}=={version} of"
     return ensure_built(env, lambda: check_mlx_pin(oracle, pins, project_mlx()), Pins(file), what)
