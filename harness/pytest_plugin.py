@@ -8,6 +8,7 @@ the JSON report.
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 from collections.abc import Callable
@@ -56,8 +57,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--parity-report", default=None, help="write the JSON report here (default: reports/)")
     group.addoption("--no-parity-report", action="store_true", help="do not write a JSON report")
     group.addoption(
-        "--rerun-flaky", type=int, default=0, help="run a failing check N more times: flaky (an ERROR) or failing"
+        "--rerun-flaky",
+        type=_rerun_count,
+        default=0,
+        help=f"run a failing check N more times (0, the default: never; at most {MAX_RERUN_FLAKY}): "
+        "flaky (an ERROR) or failing",
     )
+
+
+MAX_RERUN_FLAKY = 10  # each rerun makes the scenario's in-tree runs anew: more is no flake hunt but a soak
+
+
+def _rerun_count(text: str) -> int:
+    """`--rerun-flaky`'s value: 0 (off) to MAX_RERUN_FLAKY, else argparse's usage error naming
+    the option, before any check runs (issue 51 L23: -1 and 999999 were taken)."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = None
+    if count is None or not 0 <= count <= MAX_RERUN_FLAKY:
+        raise argparse.ArgumentTypeError(f"expected 0 (off) to {MAX_RERUN_FLAKY} reruns, got {text}")
+    return count
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -187,3 +187,20 @@ def test_rerun_flaky_confirms_a_check_that_fails_every_time(tree: Path, capsys) 
     code, out, rows = parity(tree, capsys, *args)
     (row,) = rows
     assert code == 1 and row["outcome"] == "failed" and row["summary"].endswith("failed again in each of 2 rerun(s)")
+
+
+@pytest.mark.parametrize("count", ["-1", "11", "999999"])
+def test_l23_f1_f5_f9_rerun_flaky_outside_0_to_10_is_a_usage_error_before_any_check(
+    tree: Path, capsys, monkeypatch: pytest.MonkeyPatch, count: str
+) -> None:
+    """Hostile probe 2, L23 (F1, F5, F9): `--rerun-flaky -1` (make parity RERUN_FLAKY=-1) said
+    "failed again in each of -1 rerun(s)", 999999 was taken. Outside 0 (off)..10 it is a usage
+    error naming the option, before any check runs: no oracle call, no report."""
+    calls = []
+    monkeypatch.setattr(_Runner, "run", lambda self, spec, forced=None: calls.append(spec) or 1 / 0)
+    _Runner.bad = {"plain"}
+    args = ("--model", "tiny", "--scenario", "plain", "--rerun-flaky", count)
+    code, out, err, rows = parity_streams(tree, capsys, *args)
+    assert code == pytest.ExitCode.USAGE_ERROR
+    assert f"argument --rerun-flaky: expected 0 (off) to 10 reruns, got {count}" in err
+    assert calls == [] and rows == [] and not list((tree / "reports").iterdir())
