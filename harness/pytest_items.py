@@ -3,6 +3,7 @@ profile: per fixture and check), and each item asks the session for its verdict.
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from typing import Any
@@ -24,6 +25,20 @@ from harness.vad_session import VadRun
 _SESSION_KEY = pytest.StashKey[ParitySession]()
 
 _VAD_KEY = pytest.StashKey[dict[str, VadRun]]()
+
+MAX_RERUN_FLAKY = 10  # each rerun makes the scenario's in-tree runs anew: more is no flake hunt but a soak
+
+
+def _rerun_count(text: str) -> int:
+    """`--rerun-flaky`'s value: 0 (off) to MAX_RERUN_FLAKY, else argparse's usage error naming
+    the option, before any check runs (issue 51 L23: -1 and 999999 were taken)."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = None
+    if count is None or not 0 <= count <= MAX_RERUN_FLAKY:
+        raise argparse.ArgumentTypeError(f"expected 0 (off) to {MAX_RERUN_FLAKY} reruns, got {text}")
+    return count
 
 
 def _session(config: pytest.Config) -> ParitySession:

@@ -8,7 +8,6 @@ the JSON report.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 from collections.abc import Callable
@@ -38,6 +37,7 @@ from harness.pytest_items import (
     VadItem,
     VadProfileFile,
     _requested,
+    _rerun_count,
     _session,
 )
 from harness.report import ItemResult, build_report, keep_report, peak_rss_mb, verdict
@@ -57,27 +57,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--parity-report", default=None, help="write the JSON report here (default: reports/)")
     group.addoption("--no-parity-report", action="store_true", help="do not write a JSON report")
     group.addoption(
-        "--rerun-flaky",
-        type=_rerun_count,
-        default=0,
-        help=f"run a failing check N more times (0, the default: never; at most {MAX_RERUN_FLAKY}): "
-        "flaky (an ERROR) or failing",
+        "--rerun-flaky", type=_rerun_count, default=0, help="run a failing check N (0..10) more times: flaky or failing"
     )
-
-
-MAX_RERUN_FLAKY = 10  # each rerun makes the scenario's in-tree runs anew: more is no flake hunt but a soak
-
-
-def _rerun_count(text: str) -> int:
-    """`--rerun-flaky`'s value: 0 (off) to MAX_RERUN_FLAKY, else argparse's usage error naming
-    the option, before any check runs (issue 51 L23: -1 and 999999 were taken)."""
-    try:
-        count = int(text)
-    except ValueError:
-        count = None
-    if count is None or not 0 <= count <= MAX_RERUN_FLAKY:
-        raise argparse.ArgumentTypeError(f"expected 0 (off) to {MAX_RERUN_FLAKY} reruns, got {text}")
-    return count
 
 
 def pytest_configure(config: pytest.Config) -> None:
