@@ -30,6 +30,7 @@ import traceback
 
 PROTOCOL = 1
 RECORDS_VERSION = 1
+MESSAGE_CHARS = 10_000  # of an error's message: a line is at most 1 MiB (docs/protocol.md), a refusal stays one
 
 
 def say(message):
@@ -110,7 +111,10 @@ def serve(impl, lines):
                 say({"op": "error", "id": None, "message": f"unknown op {op!r}: expected hello, load, run or bye"})
         except Exception as e:  # noqa: BLE001 - the implementation's own failure, answered as such
             traceback.print_exc(file=sys.stderr)
-            say({"op": "error", "id": message.get("id"), "message": f"{type(e).__name__}: {e}"})
+            said = f"{type(e).__name__}: {e}"
+            if len(said) > MESSAGE_CHARS:
+                said = f"{said[:MESSAGE_CHARS]} … [cut: {len(said)} characters]"
+            say({"op": "error", "id": message.get("id"), "message": said})
 
 
 def select_device():

@@ -10,12 +10,14 @@ import os
 import re
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
 from harness.errors import HarnessError, InTreeRunError, OracleVersionError, ProfileError, RecordError
 from harness.oracle.plugin import HOST, LineProcess, Timeout
+from harness.oracle.streams import LINE_BYTES, LineTooLong
 from harness.provenance import device_facts
 from harness.runners.process import ProcessRunner, ProtocolError
 from tests.conftest import VALID_PROFILE, write_profile
@@ -164,6 +166,69 @@ def test_m2_p50_a_run_past_its_timeout_ends_with_nothing_of_the_implementation_l
     child = re.search(r"child (\d+)", str(caught))
     assert child is not None, str(caught)
     assert _gone(int(child[1])), "the implementation's child outlived the run"
+
+
+def test_m3_p51_a_huge_stderr_is_quoted_by_its_capped_end_so_a_report_row_stays_small(isolated: Path) -> None:
+    _profile(isolated, _fake("huge-stderr-at-run"))
+    caught = _first_error(isolated)
+    message = str(caught)  # what the report's row, its JUnit and the results store carry
+    assert isinstance(caught, ProtocolError) and "exited before answering 'run'" in message and "(exit 5)" in message
+    assert "its stderr ends:\n… [stderr cut: 52.4 MB, last 4000 characters kept]\n" + "y" * 4000 in message
+    assert len(message) < 5000, len(message)
+
+
+def test_m3_p51_an_implementation_s_refusal_is_quoted_by_its_capped_start(isolated: Path) -> None:
+    _profile(isolated, _fake("refuse-at-length"))
+    caught = _first_error(isolated)
+    assert isinstance(caught, InTreeRunError) and "fake-refuse-at-length refused 'run': why why" in str(caught)
+    assert str(caught).endswith("why \n… [message cut: 500.0 kB, first 4000 characters kept]")
+    assert len(str(caught)) < 4200
+
+
+def test_m3_p51_the_host_cuts_a_huge_failure_message_so_that_it_stays_a_refusal(isolated: Path) -> None:
+    host = [sys.executable, "-I", str(HOST), "fake_factory:failing_chat_at_length", str(FAKES)]
+    _profile(isolated, {"name": "replay", "command": host})
+    session = fake_session(isolated)
+    profile = session.profile("tiny")
+    with pytest.raises(InTreeRunError, match=r"replay refused 'run': RuntimeError: no no no") as caught:
+        session.run_check(profile, profile.scenario("chat"), "decode_logits")
+    session.release("tiny")
+    assert not isinstance(caught.value, ProtocolError) and len(str(caught.value)) < 4200
+
+
+def test_l8_p52_a_stdout_line_over_the_cap_is_a_protocol_error_at_once(isolated: Path) -> None:
+    _profile(isolated, _fake("huge-stdout-at-run", run_timeout_s=30))
+    started = time.monotonic()
+    caught = _first_error(isolated)
+    assert time.monotonic() - started < 15, "waited for the timeout instead"
+    assert isinstance(caught, ProtocolError), caught
+    expected = "answered 'run' with a stdout line longer than the cap of 1.0 MB (1048576 bytes): 1048576 bytes read"
+    assert expected in str(caught) and "one line is at most 1048576 bytes" in str(caught)
+
+
+# A 50 MiB stdout line with no newline, then a hang (P52).
+WRITES_A_HUGE_LINE = """
+import sys, time
+for _ in range(50):
+    sys.stdout.write("x" * (1 << 20))
+sys.stdout.flush()
+time.sleep(3600)
+"""
+
+
+def test_l8_p52_an_overlong_line_is_read_holding_no_more_than_the_cap(tmp_path: Path) -> None:
+    script = tmp_path / "huge.py"
+    script.write_text(WRITES_A_HUGE_LINE)
+    tracemalloc.start()
+    try:
+        process = LineProcess([sys.executable, str(script)], dict(os.environ), tmp_path)
+        with pytest.raises(LineTooLong, match=r"longer than the cap of 1\.0 MB \(1048576 bytes\)"):
+            process.receive(20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    process.close()
+    assert peak < 4 * LINE_BYTES, f"{peak} bytes held reading a 50 MiB line"
 
 
 def test_a_plugin_profile_is_validated_at_the_edge(isolated: Path) -> None:

@@ -27,6 +27,7 @@ RECORDS_VERSION = 1
 RUNS = {"id", "kind", "prompt", "messages", "n_tokens", "prefill_step_size", "template_kwargs"}
 # What each request must carry (docs/protocol.md).
 NEEDS = {"hello": ("protocol", "records_version"), "load": ("model_dir",), "run": ("id", "spec", "out")}
+MESSAGE_CHARS = 10_000  # of an error's message: a line is at most 1 MiB (docs/protocol.md)
 
 
 def log(*args):
@@ -227,6 +228,8 @@ def serve(stdin, stdout):
         except Exception as e:  # every failure is an answer; the process stays up
             message = str(e) if isinstance(e, Refused) else f"{type(e).__name__}: {e}"
             log("error:", message)
+            if len(message) > MESSAGE_CHARS:
+                message = f"{message[:MESSAGE_CHARS]} … [cut: {len(message)} characters]"
             answer = {"op": "error", "id": request_id, "message": message}
         stdout.write(json.dumps(answer) + "\n")
         stdout.flush()

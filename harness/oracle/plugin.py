@@ -1,7 +1,8 @@
 """Implementations under test in their own process (docs/protocol.md), on the oracle seam's side:
 their venvs, built from a profile's requirements like an oracle's from its pins, and the process
-itself (start it, a line in, a line out within a timeout, stderr kept, killed when done). What
-the lines mean is harness/runners/process.py's."""
+itself (start it, a line in, a line out within a timeout and a length cap, stderr kept to a file
+whose end is quoted, killed with its process group when done). What the lines mean is
+harness/runners/process.py's."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from harness.fileio import atomic_write_bytes
 from harness.implementations import Plugin
 from harness.oracle.pins import pinned_mlx, pins_hash, project_mlx
 from harness.oracle.process import start_process
+from harness.oracle.streams import LineTooLong, file_tail, read_line
 from harness.oracle.venvs import OracleEnv, Pins, ensure_built
 from harness.paths import REPO_ROOT, cache_root
 from harness.timing import clock
@@ -46,18 +48,21 @@ class LineProcess:
         self.stderr_path = work / "stderr.log"
         self._stderr = open(self.stderr_path, "w")  # noqa: SIM115 - open for the process's life
         self._proc = start_process(cmd, env, work, stdin=subprocess.PIPE, stderr=self._stderr, new_session=True)
-        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._lines: queue.Queue[str | LineTooLong | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
     def _read(self) -> None:
-        """Its stdout, line by line, until the end; only this thread touches (and closes) it: a
-        close from another thread would wait on this thread's read (the lock of the stream)."""
+        """Its stdout, line by line (each at most LINE_BYTES: a longer one is handed on as
+        LineTooLong, and reading stops), until the end; only this thread touches (and closes) it:
+        a close from another thread would wait on this thread's read (the lock of the stream)."""
         stdout = self._proc.stdout
         assert stdout is not None
         try:
-            for line in stdout:
-                self._lines.put(line)
+            while line := read_line(stdout.buffer):
+                self._lines.put(line.decode(errors="replace"))
+        except LineTooLong as e:
+            self._lines.put(e)
         except (OSError, ValueError):
             pass
         finally:
@@ -76,11 +81,15 @@ class LineProcess:
         return True
 
     def receive(self, timeout: float) -> str | None:
-        """Its next line; None once its stdout has closed; Timeout after `timeout` seconds."""
+        """Its next line; None once its stdout has closed; Timeout after `timeout` seconds;
+        LineTooLong for a line over LINE_BYTES."""
         try:
-            return self._lines.get(timeout=timeout)
+            line = self._lines.get(timeout=timeout)
         except queue.Empty:
             raise Timeout from None
+        if isinstance(line, LineTooLong):
+            raise line
+        return line
 
     @property
     def returncode(self) -> int | None:
@@ -90,9 +99,9 @@ class LineProcess:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._proc.wait(timeout=timeout)
 
-    def stderr_tail(self, lines: int) -> list[str]:
-        self._stderr.flush()
-        return self.stderr_path.read_text(errors="replace").splitlines()[-lines:]
+    def stderr_tail(self) -> str:
+        """The end of its stderr, as much as an error quotes (harness/oracle/streams.py)."""
+        return file_tail(self.stderr_path)
 
     def kill(self) -> None:
         """SIGKILL to its process group (it, and whatever it started that is still in the group,

@@ -32,6 +32,7 @@ from typing import Any
 from harness.errors import OracleError, OracleVersionError
 from harness.oracle.descriptor import OracleDescriptor, descriptor
 from harness.oracle.pins import comparison_mlx
+from harness.oracle.streams import LINE_BYTES, TAIL_CHARS, LineTooLong, cap_text, file_tail, read_line
 from harness.oracle.venvs import OracleEnv, check_same_mlx, ensure_oracle_env
 from harness.paths import cache_root
 from harness.progress import progress
@@ -39,7 +40,6 @@ from harness.provenance import classify_blas, device_facts
 
 Popen = subprocess.Popen[str]
 OWNER_FILE = "owner.pid"  # the harness process a script's work directory belongs to
-TAIL_LINES = 20  # of a failed script's output, in the error
 
 
 def _parent_death_signal() -> Any:
@@ -165,16 +165,19 @@ class OracleProcess:
             (work / "out").mkdir()
             cmd, env = self._command(script, work)
             with progress.task(task) if task else contextlib.nullcontext():
-                tail: list[str] = []
+                tail, chars, size = "", 0, 0  # its output's end (enough to quote), and how much came
                 with start_process(cmd, env, work, stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT) as proc:
-                    assert proc.stdout is not None
-                    for line in proc.stdout:
-                        tail = (tail + [line.rstrip()])[-TAIL_LINES:]
+                    stdout = proc.stdout
+                    assert stdout is not None
+                    for line in iter(lambda: stdout.readline(LINE_BYTES), ""):  # a longer line: in pieces
+                        tail = (tail + line)[-TAIL_CHARS - 1 :]
+                        chars, size = chars + len(line), size + len(line.encode(errors="replace"))
                         if on_line is not None:
                             on_line(line.rstrip("\n"))
                     code = proc.wait()
                 if code != 0:  # inside the task: its line says "failed", never "done"
-                    raise OracleError(f"oracle {self.name} {script} failed (exit {code}):\n" + "\n".join(tail))
+                    said = cap_text(tail, "output", size=size, partial=chars > len(tail))
+                    raise OracleError(f"oracle {self.name} {script} failed (exit {code}):\n{said}")
             yield work / "out"
 
     def serve(self, script: str, job: dict[str, Any], work: Path, stderr: Any = subprocess.PIPE) -> Popen:
@@ -192,7 +195,8 @@ class OracleProcess:
         cmd, env = self.env.command("-c", code, *args)
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
         if out.returncode != 0:
-            raise OracleError(f"oracle venv {self.env.root}: {code.splitlines()[0]} ... failed: {out.stderr[-500:]}")
+            said = cap_text(out.stderr, "stderr")
+            raise OracleError(f"oracle venv {self.env.root}: {code.splitlines()[0]} ... failed: {said}")
         return out.stdout
 
     def check_environment(self, oracle_env: dict[str, Any]) -> None:
@@ -242,11 +246,14 @@ class OracleServer:
 
     def _answer(self, what: str) -> dict[str, Any]:
         assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
+        try:
+            line = read_line(self.proc.stdout.buffer)  # read only here, as bytes: at most LINE_BYTES
+        except LineTooLong as e:
+            raise OracleError(f"oracle {self.oracle} {self.script}, {what}: {e}") from None
         if not line:
             self._log.flush()
-            tail = (self.work / "stderr.log").read_text().splitlines()[-TAIL_LINES:]
-            raise OracleError(f"oracle {self.oracle} {self.script} ended while {what}:\n" + "\n".join(tail))
+            tail = file_tail(self.work / "stderr.log")
+            raise OracleError(f"oracle {self.oracle} {self.script} ended while {what}:\n{tail}")
         answer = json.loads(line)
         if answer.get("status") == "error":
             raise OracleError(f"oracle {self.oracle} {self.script}, {what}: {answer.get('error')}")

@@ -27,6 +27,7 @@ from harness.device import device_bootstrap
 from harness.errors import OracleError, OracleVersionError
 from harness.oracle.descriptor import ORACLE_DISTRIBUTIONS, descriptor, is_mlx_free, oracle_family
 from harness.oracle.pins import check_mlx_pin, nodeps_pins_path, pins_hash, pins_path, project_mlx, read_pins
+from harness.oracle.streams import cap_text, file_tail
 from harness.paths import cache_root
 from harness.progress import progress
 from harness.timing import clock
@@ -75,7 +76,8 @@ class OracleEnv:
         cmd, env = self.command("-c", _VERSIONS_SNIPPET, *dists)
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
         if out.returncode != 0:
-            raise OracleError(f"oracle venv {self.root}: cannot read versions: {out.stderr.strip()}")
+            said = cap_text(out.stderr.strip(), "stderr")
+            raise OracleError(f"oracle venv {self.root}: cannot read versions: {said}")
         return json.loads(out.stdout)
 
 
@@ -192,10 +194,9 @@ def _install(env: OracleEnv, how: Pins, tmp: Path, out: typing.TextIO, log: Path
         result = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False, cwd=how.cwd)
         if result.returncode != 0:
             out.flush()
-            tail = log.read_text().splitlines()[-15:]
             raise OracleError(
                 f"building the venv of {env.name} from {pins} failed (exit {result.returncode}); log {log}:\n"
-                + "\n".join(tail)
+                + file_tail(log, "log")
             )
 
     if not how.torch and _with_uv(env, how, tmp, python, run, out):
@@ -214,7 +215,7 @@ def _install(env: OracleEnv, how: Pins, tmp: Path, out: typing.TextIO, log: Path
     if how.torch:
         probe = subprocess.run([python, "-I", "-c", _CUDA_PROBE], capture_output=True, text=True, check=False)
         if probe.returncode != 0:
-            raise OracleError(f"oracle venv {env.name}: torch does not import: {probe.stderr.strip()[-1000:]}")
+            raise OracleError(f"oracle venv {env.name}: torch does not import: {cap_text(probe.stderr, 'stderr')}")
         facts = json.loads(probe.stdout)
         refuse_cuda_torch(env.name, pins, facts["dists"], "installed", cuda=facts["cuda"])
 
@@ -339,7 +340,7 @@ def torch_facts(env: OracleEnv) -> TorchFacts:
     out = subprocess.run(cmd, capture_output=True, text=True, env=run_env, check=False)
     if out.returncode != 0:
         raise OracleError(
-            f"oracle venv {env.root}: cannot ask torch for its CPU capability: {out.stderr.strip()[-500:]}"
+            f"oracle venv {env.root}: cannot ask torch for its CPU capability: {cap_text(out.stderr, 'stderr')}"
         )
     return TorchFacts(**json.loads(out.stdout.strip().splitlines()[-1]))
 
@@ -351,7 +352,8 @@ def index_versions(dist: str) -> list[str]:
     )
     found = next((line for line in out.stdout.splitlines() if line.startswith("Available versions:")), None)
     if out.returncode != 0 or found is None:
-        raise OracleError(f"the package index lists no versions of {dist}: {(out.stderr or out.stdout).strip()[-300:]}")
+        said = cap_text((out.stderr or out.stdout).strip(), "pip's output")
+        raise OracleError(f"the package index lists no versions of {dist}: {said}")
     return [v.strip() for v in found.split(":", 1)[1].split(",") if v.strip()]
 
 

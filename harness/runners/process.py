@@ -20,13 +20,13 @@ from harness.errors import HarnessError, InTreeRunError
 from harness.implementations import Plugin
 from harness.oracle.plugin import LineProcess, Timeout, plugin_command
 from harness.oracle.process import work_directory
+from harness.oracle.streams import LineTooLong, cap_text
 from harness.progress import progress
 from harness.records import ScenarioRecord, read_generator_output
 from harness.records_schema import RECORDS_VERSION
 from harness.runners import ModelHook
 
 PROTOCOL = 1
-STDERR_TAIL = 20  # lines of the implementation's stderr quoted in an error
 
 
 class ProtocolError(InTreeRunError):
@@ -111,6 +111,8 @@ class ProcessRunner:
             line = self._proc.receive(timeout)
         except Timeout:
             self._fail(f"no answer to {op!r} within {timeout:g} s (expected {expect!r}); the process was killed")
+        except LineTooLong as e:
+            self._fail(f"answered {op!r} with {e} (docs/protocol.md: one line is at most {e.limit} bytes)")
         if line is None:
             self._fail(f"it exited before answering {op!r} (expected {expect!r})")
         try:
@@ -120,7 +122,8 @@ class ProcessRunner:
         if not isinstance(answer, dict) or not isinstance(answer.get("op"), str):
             self._fail(f"answered {op!r} with {line.strip()[:200]!r}: expected one JSON object with an 'op' per line")
         if answer["op"] == "error" and op != "hello":
-            raise InTreeRunError(f"{self.plugin.label} refused {op!r}: {answer.get('message', '(no message)')}")
+            said = cap_text(str(answer.get("message", "(no message)")), "message", keep_end=False)
+            raise InTreeRunError(f"{self.plugin.label} refused {op!r}: {said}")
         if answer["op"] != expect:
             self._fail(f"answered {op!r} with op {answer['op']!r}, expected {expect!r}")
         if run_id is not None and answer.get("id") != run_id:
@@ -135,8 +138,8 @@ class ProcessRunner:
 
     def _tail(self) -> str:
         code = self._proc.returncode
-        lines = self._proc.stderr_tail(STDERR_TAIL)
-        said = ("; its stderr ends:\n" + "\n".join(lines)) if lines else "; its stderr is empty"
+        tail = self._proc.stderr_tail()
+        said = f"; its stderr ends:\n{tail}" if tail else "; its stderr is empty"
         return (f" (exit {code})" if code is not None else "") + said
 
     def close(self) -> None:

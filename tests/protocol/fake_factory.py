@@ -10,8 +10,8 @@ import numpy as np
 class Replay:
     info = {"name": "replay", "version": "1", "produces": "llm"}
 
-    def __init__(self, fail_on: str | None = None):
-        self.fail_on = fail_on
+    def __init__(self, fail_on: str | None = None, fail_with: str = ""):
+        self.fail_on, self.fail_with = fail_on, fail_with
         self.info = dict(Replay.info, environment={"mlx": _mlx(), "device": "Device(cpu, 0)", "prefix": sys.prefix})
 
     def load(self, model_dir: str) -> None:
@@ -19,7 +19,7 @@ class Replay:
 
     def run(self, spec: dict, forced: dict | None, decode: str) -> dict:
         if spec["id"] == self.fail_on:
-            raise RuntimeError(f"cannot run {spec['id']}")
+            raise RuntimeError(self.fail_with or f"cannot run {spec['id']}")
         logits = np.random.default_rng(len(spec["id"])).standard_normal((spec["n_tokens"], 16)).astype(np.float32)
         tokens = forced["tokens"] if forced is not None else [int(t) for t in logits.argmax(axis=1)]
         return {"rendered_prompt": None, "prompt_ids": [1, 2], "tokens": tokens, "eos_ids": [0], "logits": logits}
@@ -38,3 +38,7 @@ def replay() -> Replay:
 
 def failing_chat() -> Replay:
     return Replay(fail_on="chat")
+
+
+def failing_chat_at_length() -> Replay:
+    return Replay(fail_on="chat", fail_with="no " * 700_000)  # 2.1 MB: over a protocol line's cap

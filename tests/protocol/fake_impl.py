@@ -65,6 +65,19 @@ def main():
                 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(20)"])
                 print(f"child {child.pid}", file=sys.stderr, flush=True)
                 time.sleep(3600)
+            if MODE == "huge-stderr-at-run":  # 50 lines of 1 MiB on stderr, then exit 5 (P51)
+                for _ in range(50):
+                    sys.stderr.write("y" * (1 << 20) + "\n")
+                sys.stderr.flush()
+                os._exit(5)
+            if MODE == "huge-stdout-at-run":  # a 50 MiB line with no newline, then a hang (P52)
+                for _ in range(50):
+                    sys.stdout.write("x" * (1 << 20))
+                sys.stdout.flush()
+                time.sleep(3600)
+            if MODE == "refuse-at-length":  # a refusal with a 500 kB message
+                say({"op": "error", "id": message["id"], "message": "why " * 125_000})
+                continue
             if MODE == "refuse-run":
                 say({"op": "error", "id": message["id"], "message": "no such scenario kind here"})
                 continue
