@@ -80,8 +80,8 @@ def start(area: str) -> bool:
         data_file=str(out / ".coverage"),
         data_suffix=True,  # one file per process: .coverage.<host>.<pid>.<random>
         branch=True,
-        source=[str(REPO_ROOT / s) for s in spec.sources if (REPO_ROOT / s).exists()],
         config_file=False,
+        **_selection(spec),
     )
     cov.start()
     _started[area] = cov
@@ -92,6 +92,18 @@ def start(area: str) -> bool:
 
     atexit.register(save)
     return True
+
+
+def _patterns(spec: Area) -> list[str]:
+    return [str(REPO_ROOT / s / "*") if (REPO_ROOT / s).is_dir() else str(REPO_ROOT / s) for s in spec.sources]
+
+
+def _selection(spec: Area) -> dict[str, list[str]]:
+    """coverage.py's selection of an area: folders as `source` (a file never imported counts, at
+    0 %), or, where the area names single files (which `source` cannot), `include` patterns."""
+    if all((REPO_ROOT / s).is_dir() for s in spec.sources):
+        return {"source": [str(REPO_ROOT / s) for s in spec.sources]}
+    return {"include": _patterns(spec)}
 
 
 @dataclass
@@ -182,15 +194,20 @@ def measure(area: str, root: Path, exemptions: list[Exemption], html: Path | Non
         cov = coverage.Coverage(
             data_file=str(Path(tmp) / ".coverage"),
             branch=True,
-            source=[str(REPO_ROOT / s) for s in spec.sources if (REPO_ROOT / s).exists()],
             config_file=False,
+            **_selection(spec),
         )
         cov.combine([str(p) for p in pieces], keep=True)
         cov.load()
         report = Path(tmp) / "report.json"
-        cov.json_report(outfile=str(report))
+        # Only this checkout's files: a process of another tree (a bisect step's worktree) that
+        # kept the setting recorded its own copies, gone or not ours (ignore_errors: gone).
+        ours = _patterns(spec)
+        cov.json_report(outfile=str(report), include=ours, ignore_errors=True)
         if html is not None:
-            cov.html_report(directory=str(html), title=f"branch coverage: {spec.what}")
+            cov.html_report(
+                directory=str(html), title=f"branch coverage: {spec.what}", include=ours, ignore_errors=True
+            )
         data = json.loads(report.read_text())
     by_line = {(e.file, e.line) for e in exemptions}
     used = set()

@@ -38,6 +38,7 @@ def run_command(
 
     out = subprocess.PIPE if capture or quiet else None
     env = settings.environment() | {"MLX_PARITY_CACHE": str(cache_root())}
+    env.pop("MLX_PARITY_COVERAGE", None)  # a commit's step is no gate of this checkout: nothing recorded
     return subprocess.run(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT if capture else out, text=True, env=env)
 
 
