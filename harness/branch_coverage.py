@@ -307,3 +307,36 @@ def run(args: Any) -> int:
         print(f"coverage below the bar: {'; '.join(below)}")
         return 1
     return 0
+
+
+def read_figures(path: Path) -> dict[str, dict[str, Any]]:
+    """A coverage.json written by `python -m harness coverage --json` (make coverage), checked:
+    one line naming the file and the field when it is not one."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise HarnessError(f"coverage figures {path}: unreadable: {e}") from None
+    if not isinstance(data, dict) or not data or set(data) - set(AREAS):
+        raise HarnessError(f"coverage figures {path}: expected an object keyed by area ({', '.join(AREAS)})")
+    for area, record in data.items():
+        for key in ("branches", "walked", "exempt"):
+            value = record.get(key) if isinstance(record, dict) else None
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise HarnessError(f"coverage figures {path}: {area}.{key} must be a count, got {value!r}")
+        if record["walked"] > record["branches"]:
+            raise HarnessError(f"coverage figures {path}: {area}.walked exceeds {area}.branches")
+    return data
+
+
+def figures_line(data: dict[str, dict[str, Any]] | None) -> str:
+    """The sign-off's one line of branch coverage (summary.md, the page)."""
+    if not data:
+        return "not measured for this sign-off (make coverage, then signoff --coverage FILE)"
+    parts = []
+    for area in AREAS:
+        if area in data:
+            r = data[area]
+            pct = 100.0 * r["walked"] / r["branches"] if r["branches"] else 100.0
+            counts = f"{r['walked']}/{r['branches']}, {r['exempt']} exempt, target {TARGET:.0f} %"
+            parts.append(f"{AREAS[area].what}: {pct:.1f} % ({counts})")
+    return "; ".join(parts)

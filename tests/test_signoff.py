@@ -785,3 +785,40 @@ def test_quality_section_is_shown_apart_from_the_verdict(real: RealSignoff, tmp_
     assert '<section id="quality"><h2>Quality (not part of the verdict)</h2>' in page
     assert "differs (a parity failure)" in page
     assert "no quality report of a signed-off model" in (without / "index.html").read_text()
+
+
+def test_the_sign_off_carries_the_branch_coverage_figures_it_is_given(tmp_path: Path) -> None:
+    """Issue 53 part 1: the number in the sign-off (summary.md, the page, report.json)."""
+    from harness.branch_coverage import read_figures
+
+    figures = tmp_path / "coverage.json"
+    figures.write_text(json.dumps({"parity": {"branches": 200, "walked": 150, "exempt": 4, "percent": 75.0}}))
+    report = _report(("m", "a", "decode_logits", "passed"))
+    directory = _render(report, tmp_path / "with", coverage=read_figures(figures))
+    assert (
+        "- branch coverage: models/ walked by the gates (python -m harness parity): 75.0 % (150/200, 4 exempt"
+        in (directory / "summary.md").read_text()
+    )
+    assert "branch coverage: models/ walked by the gates" in (directory / "index.html").read_text()
+    assert json.loads((directory / "report.json").read_text())["branch_coverage"]["parity"]["walked"] == 150
+    without = _render(report, tmp_path / "without")
+    assert "- branch coverage: not measured for this sign-off" in (without / "summary.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("[]", "expected an object keyed by area"),
+        ('{"nope": {}}', "expected an object keyed by area"),
+        ('{"parity": {"branches": 3, "walked": "2", "exempt": 0}}', "parity.walked must be a count"),
+        ('{"parity": {"branches": 3, "walked": 4, "exempt": 0}}', "parity.walked exceeds parity.branches"),
+        ("{", "unreadable"),
+    ],
+)
+def test_malformed_coverage_figures_are_refused_naming_the_field(tmp_path: Path, text: str, said: str) -> None:
+    from harness.branch_coverage import read_figures
+
+    path = tmp_path / "coverage.json"
+    path.write_text(text)
+    with pytest.raises(HarnessError, match=said):
+        read_figures(path)

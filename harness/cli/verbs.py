@@ -98,6 +98,7 @@ def _signoff(p: argparse.ArgumentParser) -> None:
     p.add_argument("--previous", help="report.json (or sign-off folder) to diff against (default: newest)")
     p.add_argument("--waivers", help="waivers YAML (default: waivers.yaml at the repo root)")
     p.add_argument("--from-report", help="sign off this existing parity JSON report instead of running")
+    p.add_argument("--coverage", help="coverage.json of make coverage: its branch figures go into the sign-off")
     options.workers(p, "pytest-xdist workers for the parity run (e.g. auto)")
 
 

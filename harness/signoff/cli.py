@@ -18,7 +18,9 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+from harness.branch_coverage import read_figures
 from harness.cli.select import run_paths
 from harness.errors import HarnessError
 from harness.history.store import record, store_path
@@ -41,6 +43,8 @@ from harness.signoff.writer import find_previous, load_previous, signoff_name, w
 def main(args: argparse.Namespace) -> int:
     extra = args.extra
     waivers = load_waivers(Path(args.waivers) if args.waivers else REPO_ROOT / "waivers.yaml")  # fail fast
+    if args.coverage:
+        read_figures(Path(args.coverage))  # fail fast too
     if args.from_report:
         if extra:
             raise HarnessError(f"--from-report runs nothing: unexpected parity arguments {extra}")
@@ -62,6 +66,7 @@ def main(args: argparse.Namespace) -> int:
         requested_models=requested,
         parity_exit_code=exit_code,
         machine=machine,
+        coverage=read_figures(Path(args.coverage)) if args.coverage else None,
     )
     s = doc.signoff
     print(f"sign-off: {s.verdict} ({', '.join(f'{k} {n}' for k, n in s.counts.items())})")
@@ -98,6 +103,7 @@ def sign_off(
     parity_exit_code: int | None = None,
     machine: dict[str, str] | None = None,
     today: dt.date | None = None,
+    coverage: dict[str, Any] | None = None,
 ) -> tuple[Path, SignoffReport]:
     """Judge a parity report and write its sign-off directory under `out`; the one entry point."""
     now = dt.datetime.now(dt.UTC)
@@ -122,6 +128,7 @@ def sign_off(
         quality=latest_quality_reports(out, signoff.device_key, models),
         certificates=latest_certificates(out, signoff.device_key, certified),
         certified_models=certified,
+        coverage=coverage,
     )
     directory = write_signoff_dir(out, signoff_name(signoff.harness_version, signoff.device_key), render(doc))
     return directory, doc

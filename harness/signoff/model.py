@@ -267,6 +267,8 @@ class SignoffReport:
     # The newest conversion certificates (harness/signoff/certificate.py), and which models ask for one.
     certificates: list[dict[str, Any]] = field(default_factory=list)
     certified_models: list[str] = field(default_factory=list)
+    # Branch coverage figures (make coverage's coverage.json; harness/branch_coverage.py), if given.
+    coverage: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = self.parity.raw | {"signoff": asdict(self.signoff) | {"counts": self.signoff.counts}}
@@ -279,4 +281,6 @@ class SignoffReport:
                 {k: c.get(k) for k in ("profile", "runtime", "verdict", "problems", "path", "generated")}
                 for c in self.certificates
             ]
+        if self.coverage:
+            out["branch_coverage"] = self.coverage
         return out

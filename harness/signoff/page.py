@@ -20,6 +20,7 @@ from typing import Any
 
 import jinja2
 
+from harness.branch_coverage import figures_line
 from harness.signoff.certificate import table_rows as certificate_rows
 from harness.signoff.model import INCOMPLETE, SIGNED_OFF, STATUSES, SignoffReport
 from harness.signoff.plots import Plots
@@ -59,6 +60,7 @@ def render_page(doc: SignoffReport, plots: Plots) -> str:
             timings=_timings(doc),
             machine=_machine(doc),
             provenance=[_model_provenance(doc, m) for m in s.models],
+            coverage_line=figures_line(doc.coverage),
         )
     )
 

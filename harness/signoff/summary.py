@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from harness.branch_coverage import figures_line
 from harness.signoff.model import SignoffReport
 from harness.signoff.quality import render_markdown as render_quality
 
@@ -41,6 +42,7 @@ def render_summary(doc: SignoffReport) -> str:
         f"- run {p.started} → {p.finished}; rendered {s.generated}",
         f"- models: {', '.join(s.requested_models) or 'none'}; {len(s.checks)} checks: {counts}",
         f"- artifacts: {_artifacts(doc)}",
+        f"- branch coverage: {figures_line(doc.coverage)}",
     ]
     if s.not_run:
         lines.append(f"- **not run: {s.not_run_line()}** (listed below)")
