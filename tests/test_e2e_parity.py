@@ -47,6 +47,8 @@ REQUIRED_SCENARIOS = {
         "kv4-from-prefill",
         "rotating-kv",
         "rotating-kv-chunked",  # issue 31: a prefill chunk written into a full ring
+        "rotating-kv-turns",  # issue 53: a later turn's prompt written into a wrapped ring
+        "rotating-kv-turns-short",  # ... into a grown ring not yet full
         "cache-reuse",
         "batch-two-rows",
         "spec-twin-k2",  # draft-model speculative decoding: every draft rejected

@@ -351,6 +351,27 @@ def rotating_trim_off_by_one() -> contextlib.AbstractContextManager[None]:
     return _setattr(RotatingKVCache, "_concat_trim_size", concat_trim_size)
 
 
+def rotating_wrapped_order() -> contextlib.AbstractContextManager[None]:
+    """A wrapped rotating cache put back in temporal order wrongly before a multi-token write
+    (models/universal/rotating_cache.py, RotatingKVCache._temporal_order): the positions after the
+    write index, the oldest, end up last. Only a write of several tokens into a ring that decoding
+    has wrapped takes that path: a later turn's prompt through one cache (issue 53: found by branch
+    coverage; rotating-kv and rotating-kv-chunked pass with it, rotating-kv-turns fails)."""
+    import mlx.core as mx
+
+    from models.universal.rotating_cache import RotatingKVCache
+
+    order = RotatingKVCache._temporal_order
+
+    def swapped(self: Any, v: Any) -> Any:
+        if self._idx == v.shape[2] or self._idx >= self.offset:
+            return order(self, v)
+        keep, idx = self.keep, self._idx
+        return mx.concatenate([v[..., :keep, :], v[..., keep:idx, :], v[..., idx:, :]], axis=2)  # the fault
+
+    return _setattr(RotatingKVCache, "_temporal_order", swapped)
+
+
 def stream_decodes_only_at_finish() -> contextlib.AbstractContextManager[None]:
     """The streaming transcriber (models/whisper/stream.py) decodes nothing while samples are
     fed, everything at finish(): the transcript is the batch run's, bit for bit, but nothing

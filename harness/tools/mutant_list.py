@@ -256,6 +256,13 @@ MUTANTS = [
         patch=fault.rotating_trim_off_by_one,
     ),
     Mutant(
+        "rotating-wrapped-order",
+        "a wrapped rotating cache put back in the wrong temporal order before a multi-token write",
+        "minicpm5-2b-mini",
+        "rotating-kv-turns",
+        patch=fault.rotating_wrapped_order,
+    ),
+    Mutant(
         "stream-at-finish",
         "the streaming transcriber decodes nothing while fed, every window at finish()",
         "whisper-tiny-en",
