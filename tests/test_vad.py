@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import pickle
 import shutil
+import subprocess
+import sys
 import wave
 import zipfile
 from pathlib import Path
@@ -24,6 +26,7 @@ from harness.checks.vad import gate_fixture, vad_checks
 from harness.errors import ArtifactError, GoldenError, StaleGoldenError
 from harness.goldens import vad as vad_goldens
 from harness.goldens.vad import ensure_goldens
+from harness.paths import REPO_ROOT
 from harness.profile.vad import load_vad_profile
 from harness.vad_session import VadRun
 from models.vad import (
@@ -40,6 +43,7 @@ from models.vad import (
 from models.vad.convert import read_torchscript_tree
 from models.vad.load import check_weights
 from models.vad.model import CONTEXT_SAMPLES, HOP, N_FFT, REFLECT_PAD, _conv1d
+from tests.conftest import parity_env
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "audio"
 
@@ -342,6 +346,25 @@ def test_make_parity_collects_the_vad_profile(profile, tmp_path: Path) -> None:
     assert code == 0 and report["verdict"] == "PASS"
     provenance = report["context"]["provenance"]["silero-vad"]
     assert provenance["kind"] == "vad" and provenance["artifact"]["sha256"] == profile.artifact.sha256
+
+
+@pytest.mark.slow
+def test_every_fixture_passes_through_make_parity_in_its_own_process(profile, tmp_path: Path) -> None:
+    """The VAD gate as `make parity MODEL=silero-vad` runs it, every fixture: the run models/vad's
+    branch coverage is made of (MLX_PARITY_COVERAGE kept, docs/coverage.md)."""
+    report = tmp_path / "report.json"
+    out = subprocess.run(
+        [sys.executable, "-m", "harness", "parity", "--model", "silero-vad", "--report", str(report)],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env=parity_env(),
+        timeout=900,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    data = json.loads(report.read_text())
+    assert data["verdict"] == "PASS"
+    assert {r["scenario"] for r in data["results"]} == {str(f) for f in profile.fixtures}
 
 
 def test_a_perturbed_vad_fails_through_make_parity(weights, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
