@@ -279,28 +279,26 @@ def run(args: Any) -> int:
     html = Path(args.html).expanduser().resolve() if args.html else None
     if html is not None and html.exists() and any(html.iterdir()):
         raise HarnessError(f"--html {html}: exists and is not empty; name a new folder (nothing is written over)")
-    below = []
+    below, records = [], {}
     for i, area in enumerate(areas):
         figures = measure(area, root, exemptions, html / area if html is not None else None)
         print(("\n" if i else "") + render(figures, listed=args.list))
-        if args.json:
-            record = {
-                "area": area,
-                "what": figures.area.what,
-                "branches": figures.branches,
-                "walked": figures.walked,
-                "exempt": figures.exempt,
-                "percent": round(figures.percent, 2),
-                "processes": figures.processes,
-                "missing": [f"{f.path}:{a}->{b}" for f in figures.files for a, b in f.missing],
-            }
-            out = Path(args.json).expanduser().resolve()
-            from harness.fileio import atomic_write_json
-
-            existing = json.loads(out.read_text()) if out.is_file() and i else {}
-            atomic_write_json(out, existing | {area: record})
+        records[area] = {
+            "area": area,
+            "what": figures.area.what,
+            "branches": figures.branches,
+            "walked": figures.walked,
+            "exempt": figures.exempt,
+            "percent": round(figures.percent, 2),
+            "processes": figures.processes,
+            "missing": [f"{f.path}:{a}->{b}" for f in figures.files for a, b in f.missing],
+        }
         if args.fail_under is not None and figures.percent < args.fail_under:
             below.append(f"{area} {figures.percent:.1f} % < {args.fail_under} %")
+    if args.json:
+        from harness.fileio import atomic_write_json
+
+        atomic_write_json(Path(args.json).expanduser().resolve(), records)
     if html is not None:
         print(f"HTML: {html}/<area>/index.html")
     if below:

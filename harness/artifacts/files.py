@@ -11,6 +11,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from filelock import FileLock
 
@@ -20,12 +21,16 @@ from harness.paths import cache_root
 from harness.progress import progress
 
 
-def sha256_file(path: Path) -> str:
+def sha256_stream(f: BinaryIO) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            digest.update(chunk)
+    for chunk in iter(lambda: f.read(1 << 22), b""):
+        digest.update(chunk)
     return digest.hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    with open(path, "rb") as f:
+        return sha256_stream(f)
 
 
 FILES_RECORD = ".files.json"  # relative path -> sha256 of every (non-dot) file, written last

