@@ -20,7 +20,7 @@ endif
 # split into words, on purpose (several harness options).
 q = '$(subst ','\'',$(1))'
 
-.PHONY: help parity goldens test nightly signoff lint bench list venv clean-cache mutants vad calibrate quality certify coverage
+.PHONY: help parity goldens test nightly signoff lint bench list venv clean-cache mutants vad calibrate quality certify coverage fuzz
 
 venv: $(VENV)/.installed
 
@@ -85,6 +85,12 @@ coverage: venv
 	MLX_PARITY_COVERAGE=$(call q,$(abspath $(COVERAGE_DIR))) $(PY) -m pytest tests -n $(call q,$(WORKERS)) --dist loadgroup -p no:cacheprovider $(ARGS) || status=$$?; \
 	$(PY) -m harness coverage --data $(call q,$(abspath $(COVERAGE_DIR))) --html "$$out" --json "$$out/coverage.json" || true; \
 	exit $$status
+
+## make fuzz [FUZZ_MODEL=minicpm5-2b-mini] [FUZZ_EXAMPLES=300]: differential fuzzing against the oracle (docs/fuzz.md): Hypothesis draws chat scenarios, both sides run them, the gates judge them; each failure shrunk into reports/fuzz-<model>-<time>/found-*.yaml; exit 1 on a finding
+FUZZ_MODEL ?= minicpm5-2b-mini
+FUZZ_EXAMPLES ?= 300
+fuzz: venv
+	MLX_PARITY_LOCALIZE=0 $(PY) -m harness fuzz --model $(call q,$(FUZZ_MODEL)) --examples $(call q,$(FUZZ_EXAMPLES)) $(ARGS)
 
 ## make mutants: inject known faults into the in-tree implementations; every one must be caught (exit 1 otherwise)
 mutants: venv

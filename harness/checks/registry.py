@@ -285,6 +285,12 @@ def with_exercises() -> list[str]:
     return [c.name for c in _TABLE if c.exercises is not None]
 
 
+def asked_for(profile: Any, scenario: Any) -> list[str]:
+    """The checks a scenario asks for by its keys: each row whose `wanted` hook says the scenario
+    must name it (a `response:` key asks for the response check)."""
+    return [c.name for c in _TABLE if c.wanted is not None and c.wanted(profile, scenario) is not None]
+
+
 def judge_pair(
     name: str, golden: ScenarioRecord, actual: ScenarioRecord, full: Callable[[], ScenarioRecord]
 ) -> CheckResult:

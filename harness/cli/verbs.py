@@ -133,6 +133,17 @@ def _mutants(p: argparse.ArgumentParser) -> None:
     p.add_argument("--summarize", type=Path, nargs="+", help="print the mutant x model table of --json files")
 
 
+def _fuzz(p: argparse.ArgumentParser) -> None:
+    options.model(p, default="minicpm5-2b-mini")
+    p.add_argument("--examples", type=int, default=50, help="examples drawn (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="Hypothesis seed: the same seed draws the same examples")
+    p.add_argument("--max-steps", type=int, default=12, help="decode steps an example may ask (default %(default)s)")
+    p.add_argument("--no-shrink", action="store_true", help="stop at a failing example without shrinking it")
+    p.add_argument("--no-database", action="store_true", help="do not replay or keep failures in .cache/fuzz/")
+    p.add_argument("--mutant", help="run under a hand-written mutant of make mutants (does the fuzzer find it?)")
+    options.out(p, "a new folder for fuzz.json and the found scenarios (default: reports/fuzz-<model>-<time>/)")
+
+
 def _vad(p: argparse.ArgumentParser) -> None:
     p.add_argument("--update", action="store_true", help="regenerate every golden from the package")
     p.add_argument("--fixtures", nargs="+", help="fixture file names (default: the profile's)")
@@ -255,6 +266,7 @@ VERBS = (
         "inject known faults into the in-tree models; each must be caught",
         _mutants,
     ),
+    Verb("fuzz", "harness.fuzz.cli:run", "differential fuzzing of a profile against its oracle", _fuzz),
     Verb("vad", "harness.tools.vad:run", "Silero VAD against the silero-vad package, printed per fixture", _vad),
     Verb("twins", "harness.artifacts.twins.command:run", "list or build the deterministic twin models", _twins),
     Verb("portability", "harness.portability:run", "resolve every pin file for Linux and macOS runners", _portability),

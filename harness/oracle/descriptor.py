@@ -76,6 +76,9 @@ class OracleDescriptor:
     def folder(self) -> Path:
         return oracles_dir() / self.base
 
+    def has_script(self, name: str) -> bool:
+        return name in self.scripts
+
     def script(self, name: str) -> Path:
         """The path of one of its scripts; a script it does not declare is an error naming them."""
         if name not in self.scripts:
@@ -91,7 +94,7 @@ ORACLES = {
             family="mlx",
             distributions=("mlx", "mlx-lm", "transformers"),
             serves=(LLM,),
-            scripts=("generate.py", "diagnose.py", "quality.py", "bench.py", "bench_kv.py"),
+            scripts=("generate.py", "diagnose.py", "quality.py", "bench.py", "bench_kv.py", "fuzz.py"),
             quality_for=(LLM,),
             features=("response", "draft", "stop"),
         ),

@@ -239,7 +239,7 @@ class OracleServer:
             self._stack.close()
             raise
         try:
-            self._answer("starting")
+            self.ready = self._answer("starting")  # {"status": "ready"} and what else it says
         except BaseException:
             self.close()
             raise

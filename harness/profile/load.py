@@ -16,12 +16,13 @@ from harness.implementations import SPEECH
 from harness.oracle.descriptor import descriptor, has_feature, is_mlx_free, oracles_serving, with_feature
 from harness.oracle.pins import comparison_mlx, project_mlx
 from harness.paths import REPO_ROOT, profiles_dir
-from harness.profile import Profile
+from harness.profile import Profile, Scenario
 from harness.profile.bounds import MAX_STEPS
 from harness.profile.draft import check_draft_scenario
 from harness.profile.inputs import check_wav, read_yaml
 from harness.profile.quality import check_quality
 from harness.profile.response import check_response_scenario
+from harness.profile.speech import check_transcribe_options, check_writer_options
 from harness.profile.vad import available_vad_profiles
 
 
@@ -149,9 +150,12 @@ def _build(cls: type, data: Any, where: str) -> Any:
     return obj
 
 
-def load_profile(path: Path) -> Profile:
-    """Read and validate one profile file; any problem is a ProfileError naming the file."""
+def load_profile(path: Path, scenarios: list[dict[str, Any]] | None = None) -> Profile:
+    """Read and validate one profile file; any problem is a ProfileError naming the file.
+    `scenarios` (the fuzzer's examples) replace the file's, validated as the file's are."""
     data = read_yaml(path)
+    if scenarios is not None and isinstance(data, dict):
+        data = {**data, "scenarios": scenarios}
     try:
         profile = _build(Profile, data, "")
         _check_profile(profile)
@@ -161,6 +165,11 @@ def load_profile(path: Path) -> Profile:
     if profile.name != path.stem:
         raise ProfileError(f"{path}: name: expected the file's stem {path.stem!r}, got {profile.name!r}")
     return dataclasses.replace(profile, source_file=str(path))
+
+
+def scenario_from_dict(data: dict[str, Any], where: str) -> Scenario:
+    """One scenario mapping as a profile's scenarios are read (its own keys and types only)."""
+    return _build(Scenario, data, where)
 
 
 def _with_oracle_variant(profile: Profile) -> Profile:
@@ -266,9 +275,9 @@ def _check_profile(profile: Profile) -> None:
                     f"compute; allowed: {registry.judged_on('tokens')}"
                 )
         check_response_scenario(s, profile.checks(s), profile.oracle_of(s), where)
-        _check_writer_options(s.writer_options, f"{where}.writer_options")
+        check_writer_options(s.writer_options, f"{where}.writer_options")
         if speech:
-            _check_transcribe_options(s.options, f"{where}.options")
+            check_transcribe_options(s.options, f"{where}.options")
         if s.stream_chunks is not None and (not s.stream_chunks or any(c * 16000 < 1 for c in s.stream_chunks)):
             raise ProfileError(
                 f"{where}.stream_chunks: expected seconds of at least one 16 kHz sample, got {s.stream_chunks}"
@@ -290,13 +299,12 @@ def _check_profile(profile: Profile) -> None:
         if missing:
             raise ProfileError(f"oracle_defects[{i}]: missing {sorted(missing)} (oracle, path, symptom, seen)")
     if speech:
-        _check_transcribe_options(profile.defaults.options, "defaults.options")
+        check_transcribe_options(profile.defaults.options, "defaults.options")
     profile.artifact.validate("artifact")
     check_quality(profile)
 
 
 # Transcribe options that count something (mlx-whisper's DecodingOptions): at least one.
-COUNT_OPTIONS = ("beam_size", "best_of", "sample_len")
 
 
 def _check_certificate(profile: Profile) -> None:
@@ -336,34 +344,6 @@ def _check_exercise(profile: Profile, s: Any, entry: str, where: str) -> None:
     paths = registry.get(check).exercises.declared(profile)
     if path not in paths:
         raise ProfileError(f"{where}: {entry!r}: {check} declares no path {path!r} here; its paths: {paths}")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_transcribe_options(options: dict[str, Any], where: str) -> None:
-    for key in COUNT_OPTIONS:
-        value = options.get(key)
-        if value is not None and (not _is_int(value) or value < 1):
-            raise ProfileError(f"{where}.{key}: expected an integer >= 1, got {value!r}")
-    patience = options.get("patience")
-    if patience is not None and (isinstance(patience, bool) or not isinstance(patience, int | float) or patience <= 0):
-        raise ProfileError(f"{where}.patience: expected a number > 0, got {patience!r}")
-
-
-def _check_writer_options(options: dict[str, Any], where: str) -> None:
-    from harness.checks.writers import WORD_OPTIONS
-
-    unknown = sorted(set(options) - WORD_OPTIONS)
-    if unknown:
-        raise ProfileError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(WORD_OPTIONS)}")
-    for key, value in options.items():
-        if key == "highlight_words":
-            if not isinstance(value, bool):
-                raise ProfileError(f"{where}.{key}: expected a boolean, got {value!r}")
-        elif value is not None and (not _is_int(value) or value < 1):
-            raise ProfileError(f"{where}.{key}: expected an integer >= 1, got {value!r}")
 
 
 # Profiles of implementations nobody here wrote, beside ours (docs/external.md); one namespace.
