@@ -20,7 +20,7 @@ endif
 # split into words, on purpose (several harness options).
 q = '$(subst ','\'',$(1))'
 
-.PHONY: help parity goldens test nightly signoff lint bench list venv clean-cache mutants vad calibrate quality certify coverage fuzz
+.PHONY: help parity goldens test nightly signoff lint bench list venv clean-cache mutants vad calibrate quality certify coverage fuzz mutate
 
 venv: $(VENV)/.installed
 
@@ -95,6 +95,11 @@ fuzz: venv
 ## make mutants: inject known faults into the in-tree implementations; every one must be caught (exit 1 otherwise)
 mutants: venv
 	MLX_PARITY_LOCALIZE=0 $(PY) -m harness mutants $(ARGS)
+
+## make mutate [MUTATE_MODULES="models/x.py ..."]: automated mutation testing with cosmic-ray (mutation.yaml, docs/mutants.md): every mutant of each target module judged by its narrowest runs; survivors listed per module, reports/mutate-<time>/mutate.json; exit 1 on an untriaged survivor; resumable
+MUTATE_MODULES ?=
+mutate: venv
+	$(PY) -m harness mutate $(foreach m,$(MUTATE_MODULES),--module $(call q,$(m))) $(ARGS)
 
 ## make vad: Silero VAD (MLX port) against the silero-vad package on the fixtures (docs/vad.md)
 vad: venv

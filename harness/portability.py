@@ -62,6 +62,7 @@ class IndexUnreachable(PortabilityError):
 class PinFile:
     path: Path
     no_deps: bool  # the second install step (`pip install --no-deps -r`)
+    tool: bool = False  # a tool's own venv (make mutate's cosmic-ray): runs no model, so no mlx
 
     @property
     def label(self) -> str:
@@ -75,6 +76,7 @@ def pin_files() -> list[PinFile]:
         if (oracle / "requirements-nodeps.txt").is_file():
             files.append(PinFile(oracle / "requirements-nodeps.txt", True))
         files += [PinFile(variant, False) for variant in sorted((oracle / "variants").glob("*.txt"))]
+    files.append(PinFile(REPO_ROOT / "harness" / "mutate" / "requirements.txt", False, tool=True))  # make mutate's tool
     return files
 
 
@@ -157,6 +159,8 @@ class Resolution:
         out = []
         if self.pins.no_deps:
             return out
+        if self.pins.tool:
+            return [f"{self.pins.label} installs mlx on {self.platform.name}"] if "mlx" in self.resolved else []
         if family == "torch":
             if "torch" not in self.resolved:
                 out.append(f"{self.pins.label} installs no torch on {self.platform.name}")

@@ -282,6 +282,7 @@ OTHER_PROCESSES = {
     "harness/signoff/cli.py": "make parity, once per model of the sign-off; sysctl",
     "harness/tools/bench_common.py": "a benchmark side in the project's own interpreter",
     "harness/tools/bench_paired.py": "benchmark workers in the project's own interpreter",
+    "harness/mutate/session.py": "cosmic-ray in its own venv (make mutate), git ls-files, the unmutated run",
 }
 _PROCESS_MODULES = {"subprocess", "multiprocessing", "pty"}
 _OS_STARTS = ("system", "popen", "fork", "forkpty", "exec", "spawn", "posix_spawn")

@@ -144,6 +144,13 @@ def _fuzz(p: argparse.ArgumentParser) -> None:
     options.out(p, "a new folder for fuzz.json and the found scenarios (default: reports/fuzz-<model>-<time>/)")
 
 
+def _mutate(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--module", action="append", default=[], help="a target of mutation.yaml (repeatable; default: all)")
+    p.add_argument("--config", type=Path, help="the targets and triage file (default: mutation.yaml)")
+    p.add_argument("--list", action="store_true", help="print each target and the runs that judge it")
+    options.out(p, "a new folder for mutate.json (default: reports/mutate-<time>/)")
+
+
 def _vad(p: argparse.ArgumentParser) -> None:
     p.add_argument("--update", action="store_true", help="regenerate every golden from the package")
     p.add_argument("--fixtures", nargs="+", help="fixture file names (default: the profile's)")
@@ -266,6 +273,7 @@ VERBS = (
         "inject known faults into the in-tree models; each must be caught",
         _mutants,
     ),
+    Verb("mutate", "harness.mutate.cli:run", "automated mutation testing with cosmic-ray (mutation.yaml)", _mutate),
     Verb("fuzz", "harness.fuzz.cli:run", "differential fuzzing of a profile against its oracle", _fuzz),
     Verb("vad", "harness.tools.vad:run", "Silero VAD against the silero-vad package, printed per fixture", _vad),
     Verb("twins", "harness.artifacts.twins.command:run", "list or build the deterministic twin models", _twins),
