@@ -137,8 +137,8 @@ def diff_vectors(expected: np.ndarray, actual: np.ndarray) -> VectorDiff:
         equal=False,
         n_elements=int(expected.size),
         n_differing=n,
-        max_abs_diff=float(np.nanmax(abs_diff[differs])) if n else 0.0,
-        max_rel_diff=float(np.nanmax(rel_diff[differs])) if n else 0.0,
+        max_abs_diff=float(np.nanmax(abs_diff[differs])),  # n > 0 here
+        max_rel_diff=float(np.nanmax(rel_diff[differs])),
         max_ulp=int(ulp_distance(expected[differs], actual[differs]).max()),
         first_index=first,
         expected_value=float(expected[first]),
