@@ -41,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
     for target in targets:
         start = time.perf_counter()
         try:
-            session = Session(target, root)
+            unhashed = (config_path.resolve().relative_to(root).as_posix(),)
+            session = Session(target, root, unhashed=unhashed)
             jobs = session.run()
         except HarnessError as e:
             print(f"error: {target.module}: {e}")

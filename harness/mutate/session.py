@@ -5,10 +5,11 @@ cosmic-ray edits the module on disk, runs the target's judging command (harness/
 targets.py) in a fresh process and puts the module back: a mutant is killed when the command
 exits non-zero (a failed or crashed check, a failed test, a timeout). It works in a copy of
 the working tree (tracked and untracked files, not ignored ones) under .cache/mutate/, never in
-the repository. Its session (SQLite) is keyed by the sha256 of everything copied, the commands
-and the tool's pins: an unchanged tree resumes where an interrupted run stopped; any change
-starts a new session. The copy is made afresh on every run (an interrupted run can leave a
-mutant applied), and a session the database engine cannot read is discarded and begun again.
+the repository. Its session (SQLite) is keyed by the sha256 of everything copied (but the
+triage file, whose edits change no outcome), the commands and the tool's pins: an unchanged
+tree resumes where an interrupted run stopped; any change starts a new session. The copy is
+made afresh on every run (an interrupted run can leave a mutant applied), and a session the
+database engine cannot read is discarded and begun again.
 """
 
 from __future__ import annotations
@@ -92,6 +93,7 @@ class Session:
     target: Target
     root: Path  # the repository whose working tree is mutated (a copy of it)
     sessions: Path | None = None  # where sessions live (default .cache/mutate/)
+    unhashed: tuple[str, ...] = ()  # copied but not keyed: mutation.yaml (its triage changes no outcome)
     folder: Path = Path()
     files: tuple[str, ...] = ()
 
@@ -101,7 +103,8 @@ class Session:
             raise MutateError(f"{self.target.module}: not a file of the working tree of {self.root}")
         digest = hashlib.sha256()
         for name in self.files:
-            digest.update(f"{name}\0{sha256_file(self.root / name)}\n".encode())
+            if name not in self.unhashed:
+                digest.update(f"{name}\0{sha256_file(self.root / name)}\n".encode())
         digest.update(judging_command(self.target).encode() + sha256_file(REQUIREMENTS).encode())
         digest.update("\n".join(EXCLUDED_OPERATORS).encode())
         self.folder = (self.sessions or cache_root() / "mutate") / self.target.slug / digest.hexdigest()[:16]
