@@ -99,6 +99,8 @@ def _signoff(p: argparse.ArgumentParser) -> None:
     p.add_argument("--waivers", help="waivers YAML (default: waivers.yaml at the repo root)")
     p.add_argument("--from-report", help="sign off this existing parity JSON report instead of running")
     p.add_argument("--coverage", help="coverage.json of make coverage: its branch figures go into the sign-off")
+    p.add_argument("--fuzz", help="fuzz.json of make fuzz: its figures go into the sign-off")
+    p.add_argument("--mutate", help="mutate.json of make mutate: its kill rates go into the sign-off")
     options.workers(p, "pytest-xdist workers for the parity run (e.g. auto)")
 
 

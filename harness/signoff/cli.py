@@ -29,6 +29,7 @@ from harness.profile.load import available_profiles, find_profile
 from harness.progress import progress
 from harness.report import merge_reports
 from harness.signoff.certificate import latest_certificates
+from harness.signoff.evidence import read_fuzz, read_mutate
 from harness.signoff.junit import render_junit
 from harness.signoff.model import INCOMPLETE, SIGNED_OFF, ParityReport, SignoffReport, check_id
 from harness.signoff.page import render_page
@@ -45,6 +46,10 @@ def main(args: argparse.Namespace) -> int:
     waivers = load_waivers(Path(args.waivers) if args.waivers else REPO_ROOT / "waivers.yaml")  # fail fast
     if args.coverage:
         read_figures(Path(args.coverage))  # fail fast too
+    evidence = {
+        "fuzz": read_fuzz(Path(args.fuzz)) if args.fuzz else None,
+        "mutate": read_mutate(Path(args.mutate)) if args.mutate else None,
+    }
     if args.from_report:
         if extra:
             raise HarnessError(f"--from-report runs nothing: unexpected parity arguments {extra}")
@@ -67,6 +72,7 @@ def main(args: argparse.Namespace) -> int:
         parity_exit_code=exit_code,
         machine=machine,
         coverage=read_figures(Path(args.coverage)) if args.coverage else None,
+        evidence=evidence,
     )
     s = doc.signoff
     print(f"sign-off: {s.verdict} ({', '.join(f'{k} {n}' for k, n in s.counts.items())})")
@@ -104,6 +110,7 @@ def sign_off(
     machine: dict[str, str] | None = None,
     today: dt.date | None = None,
     coverage: dict[str, Any] | None = None,
+    evidence: dict[str, Any] | None = None,
 ) -> tuple[Path, SignoffReport]:
     """Judge a parity report and write its sign-off directory under `out`; the one entry point."""
     now = dt.datetime.now(dt.UTC)
@@ -129,6 +136,7 @@ def sign_off(
         certificates=latest_certificates(out, signoff.device_key, certified),
         certified_models=certified,
         coverage=coverage,
+        evidence={k: v for k, v in (evidence or {}).items() if v},
     )
     directory = write_signoff_dir(out, signoff_name(signoff.harness_version, signoff.device_key), render(doc))
     return directory, doc

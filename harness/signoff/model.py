@@ -269,6 +269,8 @@ class SignoffReport:
     certified_models: list[str] = field(default_factory=list)
     # Branch coverage figures (make coverage's coverage.json; harness/branch_coverage.py), if given.
     coverage: dict[str, Any] | None = None
+    # Fuzzing and mutation figures (harness/signoff/evidence.py), if given: shown, never judged.
+    evidence: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out = self.parity.raw | {"signoff": asdict(self.signoff) | {"counts": self.signoff.counts}}
@@ -283,4 +285,6 @@ class SignoffReport:
             ]
         if self.coverage:
             out["branch_coverage"] = self.coverage
+        if self.evidence:
+            out["evidence"] = self.evidence
         return out

@@ -22,6 +22,7 @@ import jinja2
 
 from harness.branch_coverage import figures_line
 from harness.signoff.certificate import table_rows as certificate_rows
+from harness.signoff.evidence import fuzz_line, mutate_line
 from harness.signoff.model import INCOMPLETE, SIGNED_OFF, STATUSES, SignoffReport
 from harness.signoff.plots import Plots
 from harness.signoff.quality import table_rows as quality_rows
@@ -61,6 +62,8 @@ def render_page(doc: SignoffReport, plots: Plots) -> str:
             machine=_machine(doc),
             provenance=[_model_provenance(doc, m) for m in s.models],
             coverage_line=figures_line(doc.coverage),
+            fuzz_line=fuzz_line(doc.evidence.get("fuzz")),
+            mutate_line=mutate_line(doc.evidence.get("mutate")),
         )
     )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from harness.branch_coverage import figures_line
+from harness.signoff.evidence import fuzz_line, mutate_line
 from harness.signoff.model import SignoffReport
 from harness.signoff.quality import render_markdown as render_quality
 
@@ -43,6 +44,8 @@ def render_summary(doc: SignoffReport) -> str:
         f"- models: {', '.join(s.requested_models) or 'none'}; {len(s.checks)} checks: {counts}",
         f"- artifacts: {_artifacts(doc)}",
         f"- branch coverage: {figures_line(doc.coverage)}",
+        f"- differential fuzzing: {fuzz_line(doc.evidence.get('fuzz'))}",
+        f"- mutation testing: {mutate_line(doc.evidence.get('mutate'))}",
     ]
     if s.not_run:
         lines.append(f"- **not run: {s.not_run_line()}** (listed below)")
