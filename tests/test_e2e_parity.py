@@ -49,6 +49,7 @@ REQUIRED_SCENARIOS = {
         "rotating-kv-chunked",  # issue 31: a prefill chunk written into a full ring
         "rotating-kv-turns",  # issue 53: a later turn's prompt written into a wrapped ring
         "rotating-kv-turns-short",  # ... into a grown ring not yet full
+        "rotating-kv-one-token",  # ... and a one-token prompt's first write into an empty ring
         "cache-reuse",
         "batch-two-rows",
         "spec-twin-k2",  # draft-model speculative decoding: every draft rejected
