@@ -227,6 +227,8 @@ def test_rotating_cache_masks() -> None:
     mask = cache.make_mask(3)  # the offset counts as max_size - 1 positions
     assert np.array_equal(np.array(mask), np.array(create_causal_mask(3, 7, window_size=8)))
     assert cache.make_mask(1) is None
+    with pytest.raises(NotImplementedError, match="sliding-window attention over a rotating cache"):
+        cache.make_mask(1, window_size=4)
     # The unbounded caches: None for one query, "causal" otherwise, arrays on request.
     plain = KVCache()
     assert plain.make_mask(1) is None and plain.make_mask(4) == "causal"

@@ -44,13 +44,14 @@ class Target:
         return self.module.removesuffix(".py").replace("/", ".")
 
     def commands(self, python: str) -> list[list[str]]:
-        """The runs that judge one mutant, in order; the first that fails kills it."""
+        """The runs that judge one mutant, in order, the test files (seconds) before the parity
+        selection (a minute); the first that fails kills it."""
         out = []
+        if self.tests:
+            out.append([python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *self.tests])
         if self.parity_model is not None:
             run = [python, "-m", "harness", "parity", "--model", self.parity_model]
             out.append(run + (["-k", self.parity_k] if self.parity_k else []) + ["-x"])
-        if self.tests:
-            out.append([python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *self.tests])
         return out
 
 

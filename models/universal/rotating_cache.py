@@ -118,15 +118,13 @@ class RotatingKVCache(_FloatCache):
             return "causal"
         if window_size is None:
             return None
-        # One query with a window narrower than the buffer: mask the positions outside it.
-        if self.offset >= window_size and self.max_size > window_size:
-            idx = self._idx
-            if idx >= self.max_size:
-                idx = 0
-            mask_size = self.offset + 1 if self.offset < self.max_size else self.max_size
-            mask = mx.arange(mask_size) >= (mask_size - window_size)
-            return mx.roll(mask, shift=idx + 1)
-        return None
+        # One query with its own window is asked by sliding-window attention layers only, which
+        # no in-tree model family has: refused rather than kept unjudged (mlx-lm 0.32.2 rolls a
+        # window mask over the ring here; issue 53: no gate could tell a fault in it).
+        raise NotImplementedError(
+            f"RotatingKVCache.make_mask(1, window_size={window_size}): sliding-window attention over a "
+            "rotating cache is not implemented in-tree (no in-tree model family has it)"
+        )
 
     def to_quantized(self, group_size: int = 64, bits: int = 4) -> QuantizedKVCache:
         # mlx-lm 0.32.2 raises here too ("RotatingKVCache Quantization NYI").
