@@ -219,6 +219,8 @@ def test_rotating_cache_masks() -> None:
     cache = RotatingKVCache(max_size=8, keep=2)
     assert cache.make_mask(1) is None
     assert cache.make_mask(5) == "causal"  # 0 + 5 <= 8
+    assert cache.make_mask(2) == "causal"  # two queries are a prompt: causal, never the one-query None
+    assert cache.make_mask(8) == "causal"  # 0 + 8 == 8 still fits the window (mlx-lm: an array only past it)
     mask = cache.make_mask(9)  # more queries than the window: an explicit windowed mask
     assert isinstance(mask, mx.array) and mask.shape == (9, 9)
     assert np.array_equal(np.array(mask), np.array(create_causal_mask(9, 0, window_size=8)))
