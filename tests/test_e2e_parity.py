@@ -50,6 +50,7 @@ REQUIRED_SCENARIOS = {
         "rotating-kv-turns",  # issue 53: a later turn's prompt written into a wrapped ring
         "rotating-kv-turns-short",  # ... into a grown ring not yet full
         "rotating-kv-one-token",  # ... and a one-token prompt's first write into an empty ring
+        "rotating-kv-one-over",  # ... and a prefill one position over the window, trimmed by one
         "cache-reuse",
         "batch-two-rows",
         "spec-twin-k2",  # draft-model speculative decoding: every draft rejected
