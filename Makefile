@@ -86,7 +86,7 @@ coverage: venv
 	$(PY) -m harness coverage --data $(call q,$(abspath $(COVERAGE_DIR))) --html "$$out" --json "$$out/coverage.json" || true; \
 	exit $$status
 
-## make fuzz [FUZZ_MODEL=minicpm5-2b-mini] [FUZZ_EXAMPLES=300]: differential fuzzing against the oracle (docs/fuzz.md): Hypothesis draws chat scenarios, both sides run them, the gates judge them; each failure shrunk into reports/fuzz-<model>-<time>/found-*.yaml; exit 1 on a finding
+## make fuzz [FUZZ_MODEL=minicpm5-2b-mini] [FUZZ_EXAMPLES=300]: differential fuzzing against the oracle (docs/fuzz.md): Hypothesis draws chat scenarios, or with a Whisper profile (FUZZ_MODEL=whisper-tiny-en) edited fixture clips and decode options; both sides run them, the gates judge them; each failure shrunk into reports/fuzz-<model>-<time>/found-*.yaml (a Whisper one with its WAV); exit 1 on a finding
 FUZZ_MODEL ?= minicpm5-2b-mini
 FUZZ_EXAMPLES ?= 300
 fuzz: venv

@@ -98,7 +98,6 @@ def test_a_finding_is_written_as_a_scenario_the_profile_loads(tmp_path: Path) ->
         (["--examples", "0"], "--examples 0: expected 1..100000"),
         (["--max-steps", "65"], "--max-steps 65: expected 1..64"),
         (["--mutant", "no-such"], "--mutant 'no-such': no such mutant"),
-        (["--model", "whisper-tiny-en"], "whisper-tiny-en is judged by mlx-whisper"),
     ],
 )
 def test_bad_input_is_refused_naming_it(args: list[str], message: str, tmp_path: Path, capsys) -> None:

@@ -111,7 +111,7 @@ ORACLES = {
             family="mlx",
             distributions=("mlx", "mlx-whisper"),
             serves=(SPEECH,),
-            scripts=("generate.py", "quality.py", "calibrate.py", "writers.py", "bench.py"),
+            scripts=("generate.py", "quality.py", "calibrate.py", "writers.py", "bench.py", "fuzz.py"),
             quality_for=(SPEECH,),
         ),
         OracleDescriptor(
