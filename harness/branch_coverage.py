@@ -49,7 +49,6 @@ AREAS = {
             "harness/coverage.py",
             "harness/records.py",
             "harness/records_schema.py",
-            "harness/records_fields.py",
             "harness/goldens",
             "harness/signoff/waivers.py",
             "harness/signoff/verdict.py",

@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 
 from harness.errors import RecordError
-from harness.records_fields import check_fields
 from harness.records_schema import EXTRA_KEYS, SEGMENT_KEYS, check_meta, check_result
 
 
@@ -257,13 +256,9 @@ class ScenarioRecord:
             raise RecordError(f"{where}: malformed record ({type(e).__name__}: {e})") from None
 
 
-def read_generator_output(
-    out_dir: Path, *, oracle: bool = True
-) -> tuple[dict[str, Any], dict[str, ScenarioRecord], dict[str, str]]:
+def read_generator_output(out_dir: Path) -> tuple[dict[str, Any], dict[str, ScenarioRecord], dict[str, str]]:
     """Read what an oracle generator wrote: `result.json` plus one `<id>.logits.npy` a scenario.
 
-    An oracle's record holds no field that a judge neither compares nor lists as ignored
-    (harness/records_fields.py); an implementation's (`oracle=False`) may carry its own notes.
     Returns (result, records by scenario id, the oracle's own error by scenario id).
     """
     result_path = out_dir / "result.json"
@@ -281,8 +276,6 @@ def read_generator_output(
         arrays = {name: _load_array(out_dir / f"{sid}.{name}.npy") for name in meta.get("arrays", [])}
         record = ScenarioRecord.from_meta(meta | {"scenario_id": sid}, logits, f"oracle output {sid}", arrays)
         record.validate(f"oracle output {sid}")
-        if oracle:
-            check_fields(meta, f"oracle output {sid}")
         records[sid] = record
     return result, records, errors
 

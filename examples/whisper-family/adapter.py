@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 import whisper_run as common
-from generate import Capture, scenario_record
+from generate import Capture
 
 
 class WhisperPackage:
@@ -63,7 +63,7 @@ class WhisperPackage:
             transcript = self.transcribe.transcribe(
                 spec["audio"], path_or_hf_repo=self.model_dir, verbose=None, **options
             )
-        meta, arrays = scenario_record(capture, model, spec, options, transcript)
+        meta, arrays = common.scenario_record(capture, model, spec, options, transcript)
         return meta | {"logits": arrays.pop("logits"), "arrays": arrays}
 
 

@@ -34,10 +34,10 @@ from harness.checks.speculative import judge_speculative
 from harness.checks.text import compare_stream_text
 from harness.checks.tokens import (
     compare_eos,
-    compare_fallback_decisions,
     compare_prompt,
     compare_tokens,
     decode_tokens,
+    fallback_decisions,
     without_logprob_fields,
 )
 from harness.errors import HarnessError
@@ -162,8 +162,6 @@ _BEAM = "tests/test_whisper_beam_gates.py::"  # a perturbed in-tree beam search,
 _BEAM_RANKING = _BEAM + "test_a_beam_ranking_that_picks_the_worst_finished_sequence_fails_both_token_gates"
 _BEAM_REORDER = _BEAM + "test_beam_rows_whose_cache_is_not_reordered_fail_decode_tokens_at_the_first_wrong_row"
 
-_CANDIDATES = "tests/test_whisper_candidates.py::"  # finished candidates perturbed in-tree
-
 _VAD = "tests/test_vad.py::"
 
 _TABLE = (
@@ -211,11 +209,10 @@ _TABLE = (
           compare=lambda g, a: compare_array("encoder_output", g, a, "encoder"), array="encoder"),
     Check("transcript", "the transcript, log-probs included", "free", (SPEECH,), "bits",
           compare=_json("transcript", "transcript", lambda r: r.extra.get("transcript")), exercises=TRANSCRIPT),
-    Check("fallback_decisions", "decode calls, their finished candidates and temperature-fallback decisions",
-          "free", (SPEECH,), "bits", compare=compare_fallback_decisions,
-          failing_tests=(_CANDIDATES + "test_a_greedy_sum_one_ulp_off_fails_fallback_decisions_naming_the_candidate",)),
-    Check("decode_tokens", "every row's token, each decode call's finished candidates and chosen tokens", "free",
-          (SPEECH,), "tokens", compare=decode_tokens, digest_tokens=True,
+    Check("fallback_decisions", "decode calls and temperature-fallback decisions", "free", (SPEECH,), "bits",
+          compare=_json("fallback_decisions", "decode calls and fallback decisions", fallback_decisions)),
+    Check("decode_tokens", "every row's token and each decode call's chosen tokens", "free", (SPEECH,), "tokens",
+          compare=decode_tokens, digest_tokens=True,
           failing_tests=(*_TOKEN_LEVEL_TESTS, _BEAM_RANKING, _BEAM_REORDER)),
     Check("transcript_text", "the transcript's text, tokens and timestamps (log-probs left out)", "free",
           (SPEECH,), "tokens",

@@ -21,8 +21,7 @@ generator's records:
   (its first row in `logits`), `lookahead_steps`, `member_tokens` (per batch member, up
   to its first EOT), `tokens` and `text` (the ranked result), `avg_logprob`,
   `compression_ratio`, `no_speech_prob`, `needs_fallback`, `fallback_reasons`, `kept`,
-  `skipped_as_silence` (None unless kept), `candidates` (the finished sequences before
-  ranking, each its `tokens` up to EOT and float32 `sum_logprob`; absent on the fast path);
+  `skipped_as_silence` (None unless kept);
 - `transcript`: `text`, `language`, and the segments' mlx-whisper fields (`words` only
   where mlx-whisper sets it: on emptied segments).
 
@@ -136,16 +135,6 @@ class TranscriptionRecorder(TranscribeObserver):
             member.append(token)
         call["n_steps"] += 1
 
-    def on_candidates(self, tokens: list[list[list[int]]], sum_logprobs: list[list[float]]) -> None:
-        call = self._call
-        assert call is not None, "candidates outside a decode call"
-        if len(tokens) != 1:
-            raise ValueError(f"recording expects one window per decode call, got candidates for {len(tokens)}")
-        call["candidates"] = [
-            {"tokens": [int(t) for t in sequence], "sum_logprob": float(score)}
-            for sequence, score in zip(tokens[0], sum_logprobs[0], strict=True)
-        ]
-
     def on_decode_call(self, seek: int, segment_size: int, result: DecodingResult, needs_fallback: bool) -> None:
         call, self._call = self._call, None
         assert call is not None, "a decode call ended that never began"
@@ -179,7 +168,6 @@ class TranscriptionRecorder(TranscribeObserver):
                     if kept
                     else None
                 ),
-                **({"candidates": call["candidates"]} if "candidates" in call else {}),
             }
         )
 

@@ -329,7 +329,6 @@ class DecodingTask:
             group_logprobs = sum_logprobs.tolist()
             no_speech = no_speech_probs.tolist()
         audio_features = audio_features[:: self.n_group]
-        self.observer.on_candidates(token_lists, group_logprobs)
 
         selected = self.sequence_ranker.rank(token_lists, group_logprobs)
         chosen_tokens = [group[i] for i, group in zip(selected, token_lists, strict=True)]

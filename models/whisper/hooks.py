@@ -50,10 +50,6 @@ class DecodeObserver:
         decode call then drops.
         """
 
-    def on_candidates(self, tokens: list[list[list[int]]], sum_logprobs: list[list[float]]) -> None:
-        """Per audio, the finished candidates before ranking, in the decoder's order: each one's
-        sampled tokens (up to its EOT) and its float32 sum of log-probabilities."""
-
 
 class TranscribeObserver(DecodeObserver):
     """A `DecodeObserver` that also sees the clip's Mel and every decode call's outcome."""

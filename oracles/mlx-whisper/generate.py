@@ -13,8 +13,7 @@ Per scenario it writes
                     decode calls in order, within a call step-major, then batch member
 and in result.json `scenarios[id]`: the token chosen after each logits row, one entry per
 decode call (each window and each temperature attempt: where its rows start, its steps, batch,
-initial tokens, per-member tokens, scores, the finished candidates with their summed
-log-probabilities, and the fallback decision), and the transcript.
+initial tokens, per-member tokens, scores and the fallback decision), and the transcript.
 
 mlx-whisper's decode loop computes one step ahead of what it has checked (it starts step i+1
 before it reads whether step i completed the batch); the logits of that discarded look-ahead
@@ -81,40 +80,6 @@ class Capture(capture_base.CaptureState):
 
         return common.patched(self.patches())
 
-    def patches(self):
-        """The common captures, plus each decoder's `finalize`: a decode call's finished
-        candidates (per audio, every sequence and its summed log-probability) before ranking."""
-        decoding = importlib.import_module(f"{self.package}.decoding")
-        cap = self
-
-        def finalize_wrapper(orig):
-            def finalize(decoder, tokens, sum_logprobs):
-                out = orig(decoder, tokens, sum_logprobs)
-                if cap.current is not None:
-                    cap.current.setdefault("finalized", []).append(out)
-                return out
-
-            return finalize
-
-        decoders = [getattr(decoding, name) for name in self.decoders]
-        return [*super().patches(), *[(d, "finalize", finalize_wrapper(d.finalize)) for d in decoders]]
-
-    def candidates(self, index, call):
-        """A decode call's finished candidates in the decoder's order: each one's sampled tokens
-        (up to its first EOT, as the task cuts them) and its float32 sum of log-probabilities."""
-        finalized = call.get("finalized", [])
-        if len(finalized) != 1:
-            raise common.CaptureError(f"decode call {index}: expected one finalize call, saw {len(finalized)}")
-        tokens, sum_logprobs = finalized[0]
-        tokens, sum_logprobs = tokens.tolist(), sum_logprobs.tolist()
-        if len(tokens) != 1 or len(sum_logprobs) != 1 or len(tokens[0]) != len(sum_logprobs[0]):
-            raise common.CaptureError(f"decode call {index}: finalize gave candidates for {len(tokens)} audios")
-        out = []
-        for row, score in zip(tokens[0], sum_logprobs[0], strict=True):
-            sampled = [int(t) for t in row[call["sample_begin"] :]]
-            out.append({"tokens": sampled[: sampled.index(call["eot"])], "sum_logprob": float(score)})
-        return out
-
     def pcm(self, path):
         # A machine without the ffmpeg CLI (the lent GPU machine has no package index): the WAV's
         # 16-bit PCM / 32768, which is what ffmpeg gives for these clips (checked on every CPU
@@ -177,17 +142,7 @@ def run_scenario(model_dir: str, model, scenario: dict):
     mx.random.seed(scenario["seed"])
     with capture.install():
         transcript = tmod.transcribe(scenario["audio"], path_or_hf_repo=model_dir, verbose=None, **options)
-    return scenario_record(capture, model, scenario, options, transcript)
-
-
-def scenario_record(capture, model, scenario, options, transcript):
-    """whisper_run.scenario_record, each decode call with its finished `candidates`."""
-    meta, arrays = common.scenario_record(capture, model, scenario, options, transcript)
-    if len(meta["decode_calls"]) != len(capture.calls):
-        raise common.CaptureError(f"{len(meta['decode_calls'])} decode call records for {len(capture.calls)} calls")
-    for index, (entry, call) in enumerate(zip(meta["decode_calls"], capture.calls, strict=True)):
-        entry["candidates"] = capture.candidates(index, call)
-    return meta, arrays
+    return common.scenario_record(capture, model, scenario, options, transcript)
 
 
 def environment():
