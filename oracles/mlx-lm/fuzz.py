@@ -10,25 +10,18 @@ A separate script, not a `--serve` mode of generate.py: generate.py's sha256 is 
 golden's provenance (harness/goldens/lifecycle.py), so editing it would stale every golden,
 those recorded on the lent GPU included.
 
-Usage: python -I fuzz.py --job JOB.json --out DIR --serve   (job: {"model_dir"})
-    then `{"status": "ready", "environment": {...}}`, and per request line
-    `{"scenario": {...}, "out": DIR}` the golden written into DIR and `{"status": "done"}`;
-    a request it cannot answer is `{"status": "error", "error": ...}` (the next is served).
+Usage: python -I fuzz.py --job JOB.json --out DIR --serve   (job: {"model_dir"}); the
+protocol is oracles/common/fuzz_serve.py's.
 """
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-
-
-def load_by_path(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+# oracles/common, by path: the oracle venv does not have this repository on sys.path.
+sys.path.insert(0, str(HERE.parent / "common"))
+import fuzz_serve  # noqa: E402
 
 
 def answer(generate, model, tokenizer, scenario, out):
@@ -54,25 +47,10 @@ def answer(generate, model, tokenizer, scenario, out):
 
 
 def main():
-    base = load_by_path("oracle_base", HERE.parent / "common" / "oracle_base.py")
-    args = base.parser(__doc__.splitlines()[0], serve=True).parse_args()
-    job, _ = base.read_job(args)
-    if not args.serve:
-        raise SystemExit("fuzz.py answers requests: run it with --serve")
-    generate = load_by_path("oracle_generate", HERE / "generate.py")
+    job, generate = fuzz_serve.start(__doc__, HERE)
     model, tokenizer = generate.load(job["model_dir"])
-    environment = base.mlx_environment("mlx", "mlx-lm", "transformers")
-    print(json.dumps({"status": "ready", "environment": environment}), flush=True)
-    for line in sys.stdin:
-        try:
-            request = json.loads(line)
-            out = Path(request["out"])
-            out.mkdir(parents=True, exist_ok=True)
-            answer(generate, model, tokenizer, request["scenario"], out)
-        except Exception as e:  # noqa: BLE001 - answered, and the next request is served
-            print(json.dumps({"status": "error", "error": f"{type(e).__name__}: {e}"}), flush=True)
-        else:
-            print(json.dumps({"status": "done"}), flush=True)
+    environment = fuzz_serve.base.mlx_environment("mlx", "mlx-lm", "transformers")
+    fuzz_serve.serve(environment, lambda scenario, out: answer(generate, model, tokenizer, scenario, out))
 
 
 if __name__ == "__main__":

@@ -12,10 +12,8 @@ imported packages serve every example.
 A separate script, not a `--serve` mode of generate.py: generate.py's sha256 (and that of
 oracles/common) is in every mlx-whisper golden's provenance, so editing it would stale them all.
 
-Usage: python -I fuzz.py --job JOB.json --out DIR --serve   (job: {"model_dir"})
-    then `{"status": "ready", "environment": {...}}`, and per request line
-    `{"scenario": {...}, "out": DIR}` the golden written into DIR and `{"status": "done"}`;
-    a request it cannot answer is `{"status": "error", "error": ...}` (the next is served).
+Usage: python -I fuzz.py --job JOB.json --out DIR --serve   (job: {"model_dir"}); the
+protocol is oracles/common/fuzz_serve.py's.
 """
 
 import functools
@@ -26,13 +24,9 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-
-
-def load_by_path(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+# oracles/common, by path: the oracle venv does not have this repository on sys.path.
+sys.path.insert(0, str(HERE.parent / "common"))
+import fuzz_serve  # noqa: E402
 
 
 class Oracle:
@@ -65,24 +59,9 @@ class Oracle:
 
 
 def main():
-    base = load_by_path("oracle_base", HERE.parent / "common" / "oracle_base.py")
-    args = base.parser(__doc__.splitlines()[0], serve=True).parse_args()
-    job, _ = base.read_job(args)
-    if not args.serve:
-        raise SystemExit("fuzz.py answers requests: run it with --serve")
-    generate = load_by_path("oracle_generate", HERE / "generate.py")
+    job, generate = fuzz_serve.start(__doc__, HERE)
     oracle = Oracle(generate, job["model_dir"])
-    print(json.dumps({"status": "ready", "environment": generate.environment()}), flush=True)
-    for line in sys.stdin:
-        try:
-            request = json.loads(line)
-            out = Path(request["out"])
-            out.mkdir(parents=True, exist_ok=True)
-            oracle.answer(request["scenario"], out)
-        except Exception as e:  # noqa: BLE001 - answered, and the next request is served
-            print(json.dumps({"status": "error", "error": f"{type(e).__name__}: {e}"}), flush=True)
-        else:
-            print(json.dumps({"status": "done"}), flush=True)
+    fuzz_serve.serve(generate.environment(), oracle.answer)
 
 
 if __name__ == "__main__":
