@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from harness.errors import RecordError
+from harness.records_fields import check_listed
 from harness.records_schema import EXTRA_KEYS, SEGMENT_KEYS, check_meta, check_result
 
 
@@ -256,8 +257,13 @@ class ScenarioRecord:
             raise RecordError(f"{where}: malformed record ({type(e).__name__}: {e})") from None
 
 
-def read_generator_output(out_dir: Path) -> tuple[dict[str, Any], dict[str, ScenarioRecord], dict[str, str]]:
+def read_generator_output(
+    out_dir: Path, oracle: bool = True
+) -> tuple[dict[str, Any], dict[str, ScenarioRecord], dict[str, str]]:
     """Read what an oracle generator wrote: `result.json` plus one `<id>.logits.npy` a scenario.
+    An oracle's record may carry only the record's fields and those listed as deliberately
+    ignored (harness/records_fields.py); `oracle=False` (an implementation's process speaking
+    the same files) lets it carry notes of its own.
 
     Returns (result, records by scenario id, the oracle's own error by scenario id).
     """
@@ -272,6 +278,8 @@ def read_generator_output(out_dir: Path) -> tuple[dict[str, Any], dict[str, Scen
         if "error" in meta:
             errors[sid] = str(meta["error"])
             continue
+        if oracle:
+            check_listed(meta, f"oracle output {sid}")
         logits = _load_array(out_dir / f"{sid}.logits.npy")
         arrays = {name: _load_array(out_dir / f"{sid}.{name}.npy") for name in meta.get("arrays", [])}
         record = ScenarioRecord.from_meta(meta | {"scenario_id": sid}, logits, f"oracle output {sid}", arrays)

@@ -165,6 +165,9 @@ _DECODE_QUALITY = (
     ("no_speech_prob", NUMBER, True),
 )
 
+# beam search's finished sequences of the call's audio, in the order they finished
+CANDIDATE = _obj("a candidate object", ("tokens", TOKENS, True), ("sum_logprob", NUMBER, True))
+
 DECODE_CALL = _obj(
     "a decode call object",
     ("seek", COUNT, True),
@@ -185,6 +188,7 @@ DECODE_CALL = _obj(
     ("skipped_as_silence", _or_null(BOOL), True),
     ("fast_filters", OBJECT, False),
     ("fast_picks", _list("a list of token lists, one per kept step", TOKENS), False),
+    ("candidates", _list("a list of candidate objects", CANDIDATE), False),
     across={"member_tokens": _one_list_a_member},
 )
 SEGMENT_RULES = {

@@ -260,14 +260,59 @@ def sorted_keys(value: Any) -> Any:
 
 
 def _decode_call_tokens(record: ScenarioRecord) -> list[dict[str, Any]]:
-    """Each decode call's window, temperature, prompt and chosen tokens (no log-prob floats)."""
+    """Each decode call's window, temperature, prompt and chosen tokens, and a beam search's
+    finished candidates' tokens (no log-prob floats)."""
     keep = ("seek", "segment_frames", "attempt", "temperature", "initial_tokens", "n_steps", "batch")
     keep += ("member_tokens", "tokens", "text")
-    return [{k: call[k] for k in keep if k in call} for call in record.extra.get("decode_calls", [])]
+    calls = []
+    for call in record.extra.get("decode_calls", []):
+        entry = {k: call[k] for k in keep if k in call}
+        if "candidates" in call:
+            entry["candidates"] = [c["tokens"] for c in call["candidates"]]
+        calls.append(entry)
+    return calls
+
+
+# A beam candidate's sum of log-probabilities, oracle (PyTorch: beam search is openai-whisper's)
+# against in-tree (MLX): float32 sums of another framework's log-softmax, so not bits. Judged
+# per term (its tokens and the EOT): measured on fox-beam5, message-beam5-patience and
+# weather-beam5 (this CPU, 2026-12-06) the difference is 1.5e-4 to 2.6e-4 nats a term, the same
+# for candidates sharing a prefix; a term dropped, counted twice or taken from the wrong row moves
+# a sum by that token's whole log-probability. The bound is 4x the largest measured.
+CANDIDATE_SUM_TOLERANCE = 1e-3  # nats per term
+
+
+def _candidate_sums(golden: ScenarioRecord, actual: ScenarioRecord) -> tuple[CheckResult | None, int, float]:
+    """Every beam candidate's sum within CANDIDATE_SUM_TOLERANCE nats a term (their tokens are
+    already equal): (a failure or None, candidates compared, the largest |difference| a term)."""
+    count, largest = 0, 0.0
+    g_calls, a_calls = golden.extra.get("decode_calls", []), actual.extra.get("decode_calls", [])
+    for index, (g, a) in enumerate(zip(g_calls, a_calls, strict=True)):
+        for rank, (gc, ac) in enumerate(zip(g.get("candidates", []), a.get("candidates", []), strict=True)):
+            terms = len(gc["tokens"]) + 1  # its tokens and the EOT that finished it
+            diff = abs(float(gc["sum_logprob"]) - float(ac["sum_logprob"]))
+            count, largest = count + 1, max(largest, diff / terms)
+            if not diff <= CANDIDATE_SUM_TOLERANCE * terms:  # a NaN fails too
+                return (
+                    CheckResult(
+                        "decode_tokens",
+                        False,
+                        f"decode call {index}, beam candidate {rank} (tokens identical): sum of log-probabilities "
+                        f"oracle {gc['sum_logprob']!r} vs in-tree {ac['sum_logprob']!r}, |difference| {diff:.3g} > "
+                        f"{CANDIDATE_SUM_TOLERANCE:g} nats x {terms} terms: the search scored this sequence "
+                        "differently",
+                        details={"call": index, "candidate": rank, "oracle": gc["sum_logprob"], "terms": terms}
+                        | {"intree": ac["sum_logprob"], "tolerance_per_term": CANDIDATE_SUM_TOLERANCE},
+                    ),
+                    count,
+                    largest,
+                )
+    return None, count, largest
 
 
 def decode_tokens(golden: ScenarioRecord, actual: ScenarioRecord) -> CheckResult:
-    """Every row's token (each beam row, each step) and each decode call's chosen tokens."""
+    """Every row's token (each beam row, each step), each decode call's chosen tokens, and a
+    beam search's finished candidates: each one's tokens, in order and count, and its sum."""
     result = compare_tokens("decode_tokens", golden, actual)
     if not result.passed:
         return result
@@ -276,5 +321,14 @@ def decode_tokens(golden: ScenarioRecord, actual: ScenarioRecord) -> CheckResult
     )
     if not calls.passed:
         return calls
+    failed, count, largest = _candidate_sums(golden, actual)
+    if failed is not None:
+        return failed
     result.summary += f"; {len(_decode_call_tokens(golden))} decode calls chose identical tokens"
+    if count:
+        result.summary += (
+            f"; {count} beam candidates with identical tokens, sums within {CANDIDATE_SUM_TOLERANCE:g} nats a term "
+            f"(largest {largest:.3g} a term)"
+        )
+        result.details["candidate_sum_largest_difference_per_term"] = largest
     return result

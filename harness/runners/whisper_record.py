@@ -135,6 +135,14 @@ class TranscriptionRecorder(TranscribeObserver):
             member.append(token)
         call["n_steps"] += 1
 
+    def on_candidates(self, tokens: list[list[list[int]]], sum_logprobs: list[list[float]]) -> None:
+        call = self._call
+        assert call is not None and len(tokens) == 1, "beam candidates outside a one-window decode call"
+        call["candidates"] = [
+            {"tokens": [int(t) for t in seq], "sum_logprob": float(total)}
+            for seq, total in zip(tokens[0], sum_logprobs[0], strict=True)
+        ]
+
     def on_decode_call(self, seek: int, segment_size: int, result: DecodingResult, needs_fallback: bool) -> None:
         call, self._call = self._call, None
         assert call is not None, "a decode call ended that never began"
@@ -169,6 +177,7 @@ class TranscriptionRecorder(TranscribeObserver):
                     else None
                 ),
             }
+            | ({"candidates": call["candidates"]} if "candidates" in call else {})
         )
 
     def stacked_logits(self, n_vocab: int) -> np.ndarray:

@@ -1,11 +1,13 @@
 """Whisper faults of `make mutants` that only a scenario built for their path can see (issue 31
 part 1, the audit's word-timing and writer faults): each patches the in-tree code at run time,
 as harness/tools/mutant_faults.py's do, and WHISPER_MUTANTS names the scenario that kills it
-(profiles/whisper-tiny-en.yaml, fox-pause-words; the paths: harness/checks/exercise_whisper.py)."""
+(profiles/whisper-tiny-en.yaml, fox-pause-words; the paths: harness/checks/exercise_whisper.py), and the
+beam-candidate fault that only the candidates comparison sees (issue 53 part 4, fox-beam5)."""
 
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 from harness.tools.mutant_faults import Mutant, _setattr
 
@@ -41,6 +43,22 @@ def timestamp_ms_truncated() -> contextlib.AbstractContextManager[None]:
     return _setattr(writers, "format_timestamp", truncating)
 
 
+def beam_finished_reversed() -> contextlib.AbstractContextManager[None]:
+    """models/whisper/token_decoders.py's BeamSearchDecoder.finalize hands the ranker each
+    audio's finished sequences last-finished first. The ranker takes the best score wherever it
+    stands, so the chosen sequence, its tokens and its text are the same (unless two candidates
+    tie): only the candidates, in the order the search finished them, show it (issue 53 part 4)."""
+    import models.whisper.token_decoders as token_decoders
+
+    original = token_decoders.BeamSearchDecoder.finalize
+
+    def finalize(self: Any, tokens: list, sum_logprobs: list) -> tuple[list, list]:
+        sequences, sums = original(self, tokens, sum_logprobs)
+        return [group[::-1] for group in sequences], [group[::-1] for group in sums]
+
+    return _setattr(token_decoders.BeamSearchDecoder, "finalize", finalize)
+
+
 WHISPER_MUTANTS: list[Mutant] = [
     Mutant(
         "word-pause-x3",
@@ -57,5 +75,12 @@ WHISPER_MUTANTS: list[Mutant] = [
         "fox-pause-words",
         patch=timestamp_ms_truncated,
         on={"whisper-base": "fox-pause-words"},
+    ),
+    Mutant(
+        "beam-finished-reversed",
+        "beam search hands the ranker its finished sequences last-finished first",
+        "whisper-tiny-en",
+        "fox-beam5",
+        patch=beam_finished_reversed,
     ),
 ]

@@ -315,6 +315,7 @@ class DecodingTask:
         if self.beam_search:
             tokens, sum_logprobs, no_speech_probs = self._beam_main_loop(audio_features, tokens)
             token_lists, group_logprobs = self._beam_candidates(tokens, sum_logprobs, n_audio)
+            self.observer.on_candidates(token_lists, group_logprobs)
             mx.eval(no_speech_probs)
             no_speech = no_speech_probs[:: self.n_group].tolist()
         else:

@@ -50,6 +50,10 @@ class DecodeObserver:
         decode call then drops.
         """
 
+    def on_candidates(self, tokens: list[list[list[int]]], sum_logprobs: list[list[float]]) -> None:
+        """Beam search only: per audio, the finished sequences handed to the ranker (sampled
+        tokens up to EOT), in the order they finished, and their float32 sums."""
+
 
 class TranscribeObserver(DecodeObserver):
     """A `DecodeObserver` that also sees the clip's Mel and every decode call's outcome."""

@@ -221,6 +221,39 @@ class Capture(capture_base.CaptureState):
     def install(self):
         return common.patched(self.patches())
 
+    def patches(self):
+        """The shared captures, and beam search's finished candidates: what BeamSearchDecoder's
+        finalize hands the sequence ranker (per audio, every finished sequence and its sum)."""
+        decoding = importlib.import_module("whisper.decoding")
+        orig_finalize = decoding.BeamSearchDecoder.finalize
+        cap = self
+
+        def finalize(decoder, preceding_tokens, sum_logprobs):
+            out = orig_finalize(decoder, preceding_tokens, sum_logprobs)
+            if cap.current is not None:
+                sequences, sums = out
+                cap.current["finalized"] = (
+                    [[[int(t) for t in seq.tolist()] for seq in group] for group in sequences],
+                    [[float(v) for v in group] for group in sums],
+                )
+            return out
+
+        return [*super().patches(), (decoding.BeamSearchDecoder, "finalize", finalize)]
+
+    def candidates(self, index, call):
+        """A beam-search call's candidates as the record has them: its one audio's finished
+        sequences, sampled tokens up to EOT (as DecodingTask.run cuts them), and their sums."""
+        if not call["beam"]:
+            return None
+        if "finalized" not in call or len(call["finalized"][0]) != 1:
+            raise common.CaptureError(f"decode call {index}: beam search finalized no candidates for one audio")
+        (sequences,), (sums,) = call["finalized"]
+        begin, eot = call["sample_begin"], call["eot"]
+        return [
+            {"tokens": seq[begin : seq.index(eot)], "sum_logprob": total}
+            for seq, total in zip(sequences, sums, strict=True)
+        ]
+
     def keep(self, kind, value):
         """A copy now: the logit filters, for one, write -inf into the logits tensor in place."""
         import torch
@@ -286,7 +319,12 @@ def run_scenario(model, scenario: dict):
     torch.manual_seed(scenario["seed"])  # sampling at T > 0 draws from torch's generator
     with capture.install():
         transcript = tmod.transcribe(model, scenario["audio"], verbose=None, **options)
-    return common.scenario_record(capture, model, scenario, options, transcript)
+    meta, arrays = common.scenario_record(capture, model, scenario, options, transcript)
+    for index, (call, entry) in enumerate(zip(capture.calls, meta["decode_calls"], strict=True)):
+        candidates = capture.candidates(index, call)
+        if candidates is not None:
+            entry["candidates"] = candidates
+    return meta, arrays
 
 
 def environment():
