@@ -278,12 +278,13 @@ def read_generator_output(
         if "error" in meta:
             errors[sid] = str(meta["error"])
             continue
+        where = f"{'oracle' if oracle else 'implementation'} output {sid}"  # whose record is wrong
         if oracle:
-            check_listed(meta, f"oracle output {sid}")
+            check_listed(meta, where)
         logits = _load_array(out_dir / f"{sid}.logits.npy")
         arrays = {name: _load_array(out_dir / f"{sid}.{name}.npy") for name in meta.get("arrays", [])}
-        record = ScenarioRecord.from_meta(meta | {"scenario_id": sid}, logits, f"oracle output {sid}", arrays)
-        record.validate(f"oracle output {sid}")
+        record = ScenarioRecord.from_meta(meta | {"scenario_id": sid}, logits, where, arrays)
+        record.validate(where)
         records[sid] = record
     return result, records, errors
 

@@ -64,3 +64,14 @@ def test_each_ignored_field_is_written_by_a_generator_explained_and_documented(n
     assert f'"{name}"' in sources, f"{name} is listed as ignored but no generator writes it: a stale entry"
     assert len(IGNORED_FIELDS[name].split()) >= 8, f"{name}: a reason says where what it tells is judged"
     assert f"`{name}`" in (REPO_ROOT / "docs" / "records.md").read_text()
+
+
+def test_a_wrong_record_from_an_implementations_process_blames_the_implementation(tmp_path: Path) -> None:
+    """Hostile probe 2, L4: a plug-in's malformed record was worded "oracle output ...\""""
+    meta = _generated()
+    meta["tokens"][0] = "12"
+    _write(tmp_path, meta)
+    with pytest.raises(RecordError, match=r"^implementation output s: tokens\[0\]: expected an int token id"):
+        read_generator_output(tmp_path, oracle=False)
+    with pytest.raises(RecordError, match=r"^oracle output s: tokens\[0\]"):
+        read_generator_output(tmp_path)
