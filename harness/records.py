@@ -214,6 +214,14 @@ class ScenarioRecord:
             )
         if n_tokens is not None and len(self.tokens) != n_tokens:
             raise RecordError(f"{where}: expected {n_tokens} steps, got {len(self.tokens)}")
+        if self.compact is None and self.logits.size:  # full rows: their width is the vocabulary
+            vocab = self.logits.shape[1]
+            past = next((i for i, t in enumerate(self.tokens) if t >= vocab), None)
+            if past is not None:
+                raise RecordError(
+                    f"{where}: tokens[{past}]: expected a token id below the vocabulary's {vocab} (the logits' "
+                    f"width), got {self.tokens[past]}"
+                )
         for name, array in self.arrays.items():
             if array.dtype != np.float32:
                 raise RecordError(f"{where}: {name}: expected float32, got {array.dtype}")

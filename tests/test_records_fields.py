@@ -27,8 +27,8 @@ def _generated() -> dict[str, Any]:
     return {k: v for k, v in record.items() if k not in ("scenario_id", "mode")}
 
 
-def _write(out: Path, meta: dict[str, Any]) -> None:
-    np.save(out / "s.logits.npy", np.zeros((len(meta["tokens"]), 8), np.float32))
+def _write(out: Path, meta: dict[str, Any], width: int = 50_000) -> None:
+    np.save(out / "s.logits.npy", np.zeros((len(meta["tokens"]), width), np.float32))
     (out / "result.json").write_text(json.dumps({"scenarios": {"s": meta}, "environment": {}}))
 
 
@@ -75,3 +75,12 @@ def test_a_wrong_record_from_an_implementations_process_blames_the_implementatio
         read_generator_output(tmp_path, oracle=False)
     with pytest.raises(RecordError, match=r"^oracle output s: tokens\[0\]"):
         read_generator_output(tmp_path)
+
+
+def test_a_token_id_past_the_vocabulary_is_refused_by_name(tmp_path: Path) -> None:
+    """Hostile probe 2, L5: ids >= the vocabulary ended in a raw IndexError inside a check."""
+    meta = _generated()
+    meta["tokens"][2] = 50_000  # the written logits are 50,000 wide
+    _write(tmp_path, meta)
+    with pytest.raises(RecordError, match=r"implementation output s: tokens\[2\]: expected a token id below .* 50000 "):
+        read_generator_output(tmp_path, oracle=False)

@@ -249,7 +249,8 @@ def _write_output(out: Path, scenarios: dict[str, Any], **top: Any) -> Path:
     for sid, meta in scenarios.items():
         if "error" in meta:
             continue
-        np.save(out / f"{sid}.logits.npy", np.zeros((len(meta["tokens"]), 8), np.float32))
+        width = max(meta["tokens"], default=0) + 1  # as wide as the vocabulary the ids come from
+        np.save(out / f"{sid}.logits.npy", np.zeros((len(meta["tokens"]), width), np.float32))
         for name in meta.get("arrays", []):
             np.save(out / f"{sid}.{name}.npy", np.zeros((2, 3), np.float32))
     result = {"scenarios": scenarios, "environment": {"mlx": "0.32.4"}} | top
