@@ -72,6 +72,9 @@ def force(tokens):
         step += 1
         if step > len(tokens):
             return logits
+        token = tokens[step - 1]
+        if not 0 <= token < logits.shape[-1]:  # never a silent stand-in (argmax of all -inf is 0)
+            raise Refused(f"forced token {token} at step {step - 1}: expected an id in [0, {logits.shape[-1]})")
         # 0 for the forced id, not its logit: forcing holds even where the model gave it -inf or nan.
         return mx.where(mx.arange(logits.shape[-1]) == tokens[step - 1], mx.zeros_like(logits), -mx.inf)
 
@@ -162,6 +165,9 @@ class Client:
         if forced is not None:
             if len(forced["tokens"]) != n:
                 raise Refused(f"forced has {len(forced['tokens'])} tokens, the scenario {n}")
+            bad = [t for t in forced["tokens"] if not isinstance(t, int) or isinstance(t, bool) or t < 0]
+            if bad:
+                raise Refused(f"forced tokens: expected token ids (ints >= 0), got {bad[0]!r}")
             processors = [force(forced["tokens"])]
         started = time.perf_counter()
         tap = LogitsTap(self.model)
