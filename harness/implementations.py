@@ -111,6 +111,13 @@ class Plugin:
             raise ProfileError(f"{where}.requirements: given, but the command never runs '{{python}}' (the venv)")
         if uses_venv and not self.requirements:
             raise ProfileError(f"{where}.command: '{{python}}' needs 'requirements' (what its venv is built from)")
+        # printed on the terminal and into reports: no escape sequence may ride in (hostile probe 2, L7)
+        for key, text in [("name", self.name), *((f"command[{i}]", c) for i, c in enumerate(self.command or ()))]:
+            if not text.isprintable():
+                raise ProfileError(
+                    f"{where}.{key}: expected printable text (no control characters such as ESC or a newline), "
+                    f"got {text!r}"
+                )
         for key in ("load_timeout_s", "run_timeout_s"):
             if not getattr(self, key) > 0:
                 raise ProfileError(f"{where}.{key}: expected a number of seconds > 0, got {getattr(self, key)!r}")

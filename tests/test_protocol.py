@@ -241,6 +241,9 @@ def test_a_plugin_profile_is_validated_at_the_edge(isolated: Path) -> None:
         ({"comand": ["x"]}, r"implementation: unknown key\(s\) \['comand'\]"),
         ({"command": ["{python}", "x.py"]}, r"'\{python\}' needs 'requirements'"),
         ({"command": ["x"], "run_timeout_s": 0}, r"run_timeout_s: expected a number of seconds > 0"),
+        # hostile probe 2, L7: an escape sequence in a name set the terminal's title and cleared it
+        ({"command": ["x"], "name": "port\x1b]0;TITLE\x07\x1b[2J"}, r"name: expected printable text"),
+        ({"command": ["x\ny"]}, r"command\[0\]: expected printable text"),
     ]
     for implementation, expected in cases:
         _profile(isolated, implementation)
