@@ -116,6 +116,14 @@ def test_a_waivers_file_that_is_not_utf8_names_the_file(tmp_path: Path) -> None:
     assert message.startswith(f"{path}: ") and "UTF-8" in message and "byte 0xe9" in message
 
 
+def test_a_waivers_path_that_is_a_fifo_is_refused_not_read(tmp_path: Path) -> None:
+    """Hostile probe 2, L25 (W21): `--waivers <a FIFO>` hung on the read."""
+    path = tmp_path / "waivers.yaml"
+    os.mkfifo(path)
+    with pytest.raises(WaiverError, match="not a regular file"):
+        load_waivers(path)
+
+
 def test_a_waivers_path_that_cannot_be_read_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "waivers.yaml"
     path.mkdir()  # a directory: exists, cannot be read as a file

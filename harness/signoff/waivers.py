@@ -69,6 +69,8 @@ def load_waivers(path: Path) -> list[Waiver]:
     """Read and validate a waivers file; an absent file means no waivers (not an error)."""
     if not path.exists():
         return []
+    if path.is_fifo() or path.is_char_device() or path.is_socket():  # reading would block, or never end
+        raise WaiverError(f"{path}: not a regular file: expected a UTF-8 YAML file, a list of waivers")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
