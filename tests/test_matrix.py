@@ -217,3 +217,16 @@ def test_m8_a_good_report_still_reads_as_before(tmp_path: Path) -> None:
 
     for path in (CPU_FAIL, CPU_PASS, H200):
         assert read_report(path)["results"]
+
+
+def test_hostile_text_stays_text_in_the_markdown() -> None:
+    """Hostile probe 2, L18 (M21): a check name with '|', a newline, '## heading' and a
+    javascript: link broke matrix.md's table and injected a heading and a link."""
+    from harness.markdown import md_code, md_text
+
+    hostile = "x|y\n## heading [x](javascript:alert(1)) <script>&"
+    text = md_text(hostile)
+    assert "\n" not in text and "|" not in text.replace("\\|", "")
+    assert "<script>" not in text and "&lt;script&gt;" in text and "&amp;" in text
+    assert "\\[x\\](javascript" in text and "prefill_logits" == md_text("prefill_logits")
+    assert md_code("a`b|c\nd") == "`a'b\\|c d`"

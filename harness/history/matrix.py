@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
+from harness.markdown import md_code, md_text
 from harness.report import read_report
 
 MARK = {"passed": "✓", "failed": "FAIL", "error": "ERROR"}
@@ -113,8 +114,8 @@ def markdown(m: Matrix, failures: list) -> str:
     lines += ["| device key | backend | BLAS | mlx | processor | os |", "|---|---|---|---|---|---|"]
     for key, parts in m.devices.items():
         cols = [parts.get(k, "") for k in ("backend", "blas", "mlx", "processor", "os")]
-        lines.append(f"| `{key}` | " + " | ".join(str(c) for c in cols) + " |")
-    lines += ["", "| model / scenario / check | " + " | ".join(f"`{d}`" for d in devices) + " |"]
+        lines.append(f"| {md_code(key)} | " + " | ".join(md_text(c) for c in cols) + " |")
+    lines += ["", "| model / scenario / check | " + " | ".join(md_code(d) for d in devices) + " |"]
     lines.append("|---|" + "---|" * len(devices))
     for (model, scenario, check), by_device in sorted(m.cells.items()):
         cells = []
@@ -125,18 +126,18 @@ def markdown(m: Matrix, failures: list) -> str:
             elif cell.outcome == "passed":
                 cells.append("✓")
             else:
-                cells.append(f"[{MARK.get(cell.outcome, cell.outcome)}](#{cell.anchor})")
-        lines.append(f"| {model} / {scenario} / {check} | " + " | ".join(cells) + " |")
+                cells.append(f"[{MARK.get(cell.outcome) or md_text(cell.outcome)}](#{cell.anchor})")
+        lines.append(f"| {md_text(model)} / {md_text(scenario)} / {md_text(check)} | " + " | ".join(cells) + " |")
     if failures:
         lines += ["", "## Failures", ""]
         for (model, scenario, check), device, cell in failures:
             where = f" step {cell.step}" if cell.step is not None else ""
-            where += f", first diverging module `{cell.module}`" if cell.module else ""
-            head = f"**{model}/{scenario}/{check}** on `{device}`{where} ({cell.source})"
+            where += f", first diverging module {md_code(cell.module)}" if cell.module else ""
+            head = f"**{md_text(f'{model}/{scenario}/{check}')}** on {md_code(device)}{where} ({md_text(cell.source)})"
             lines.append(f'<a id="{cell.anchor}"></a>{head}')
-            lines.append(f"> {cell.summary[:400]}")
+            lines.append(f"> {md_text(cell.summary[:400])}")
             lines.append("")
-    lines += ["", f"Sources: {', '.join(m.sources)}"]
+    lines += ["", f"Sources: {md_text(', '.join(m.sources))}"]
     return "\n".join(lines) + "\n"
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from harness.branch_coverage import figures_line
+from harness.markdown import md_code, md_text
 from harness.signoff.evidence import fuzz_line, mutate_line
 from harness.signoff.model import SignoffReport
 from harness.signoff.quality import render_markdown as render_quality
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return md_text(text)
 
 
 def _artifacts(doc: SignoffReport) -> str:
@@ -38,8 +39,8 @@ def render_summary(doc: SignoffReport) -> str:
     lines = [
         f"# Parity sign-off: {s.verdict}",
         "",
-        f"- harness {s.harness_version}, commit `{p.harness_commit}`",
-        f"- device `{s.device_key}`{_requested(p.device)}",
+        f"- harness {s.harness_version}, commit {md_code(p.harness_commit)}",
+        f"- device {md_code(s.device_key)}{_requested(p.device)}",
         f"- run {p.started} → {p.finished}; rendered {s.generated}",
         f"- models: {', '.join(s.requested_models) or 'none'}; {len(s.checks)} checks: {counts}",
         f"- artifacts: {_artifacts(doc)}",
@@ -57,7 +58,7 @@ def render_summary(doc: SignoffReport) -> str:
     lines.append("")
     if s.blockers:
         lines += [f"## Blocking ({len(s.blockers)})", ""]
-        lines += [f"- **{b.kind} `{b.subject}`**: {_cell(b.headline)}" for b in s.blockers]
+        lines += [f"- **{b.kind} {md_code(b.subject)}**: {_cell(b.headline)}" for b in s.blockers]
         lines.append("")
     if s.not_run:
         lines += [
@@ -67,7 +68,7 @@ def render_summary(doc: SignoffReport) -> str:
             "profiles until every check below has run.",
             "",
         ]
-        lines += [f"- `{cid}`" for cid in s.not_run]
+        lines += [f"- {md_code(cid)}" for cid in s.not_run]
         lines.append("")
     checks = s.check_names()
     timing = {(t.model, t.scenario): t for t in s.timings()}
@@ -88,14 +89,15 @@ def render_summary(doc: SignoffReport) -> str:
     bad = [c for c in s.checks if c.status != "PASS"]
     if bad:
         lines += ["## Non-passing checks", ""]
-        lines += [f"- `{c.id}` **{c.status}**: {_cell(c.summary)}" for c in bad]
+        lines += [f"- {md_code(c.id)} **{c.status}**: {_cell(c.summary)}" for c in bad]
         lines.append("")
     lines += render_quality(doc.quality)
     lines += ["## Waivers", ""]
     if s.waivers:
         lines += ["| check | reason | owner | expires | state | use |", "|---|---|---|---|---|---|"]
         lines += [
-            f"| `{w.check}` | {_cell(w.reason)} | {_cell(w.owner)} | {w.expires} | {w.state} | {w.note} |"
+            f"| {md_code(w.check)} | {_cell(w.reason)} | {_cell(w.owner)} | {w.expires} | {_cell(w.state)} "
+            f"| {_cell(w.note)} |"
             for w in s.waivers
         ]
     else:
@@ -105,7 +107,7 @@ def render_summary(doc: SignoffReport) -> str:
     if d is None:
         lines.append("no previous sign-off for this device")
     else:
-        lines.append(f"previous: `{d.previous}` ({d.previous_verdict}, {d.previous_generated})")
+        lines.append(f"previous: {md_code(d.previous)} ({d.previous_verdict}, {d.previous_generated})")
         lines.append("")
         for label, ids in (
             ("newly passing", d.newly_passing),
@@ -113,8 +115,8 @@ def render_summary(doc: SignoffReport) -> str:
             ("new checks", d.added),
             ("checks no longer run", d.removed),
         ):
-            lines.append(f"- {label} ({len(ids)}): " + (", ".join(f"`{i}`" for i in ids) or "none"))
+            lines.append(f"- {label} ({len(ids)}): " + (", ".join(md_code(i) for i in ids) or "none"))
         lines.append(f"- changed provenance ({len(d.provenance_changes)}):")
-        lines += [f"  - `{c.key}`: {_cell(c.old)} → {_cell(c.new)}" for c in d.provenance_changes]
+        lines += [f"  - {md_code(c.key)}: {_cell(c.old)} → {_cell(c.new)}" for c in d.provenance_changes]
     lines.append("")
     return "\n".join(lines)
