@@ -4,8 +4,9 @@ With `MLX_PARITY_COVERAGE=<folder>` set:
 - every `python -m harness parity` process, and each of its pytest-xdist workers, records branch
   coverage of models/ (the in-tree implementations) into `<folder>/parity/` (the pytest plugin
   `harness.branch_coverage_plugin`, loaded first so that no model module is imported before);
-- `make test`'s processes record branch coverage of the judges (JUDGES below) into
-  `<folder>/tests/` (the repository's conftest.py, before it imports the harness).
+- `make test`'s processes record branch coverage of the judges (AREAS["tests"]) and of models/
+  into `<folder>/tests/` (the repository's conftest.py, before it imports the harness): the
+  judges' figure, and which of models/' error paths the unit tests raise (ERROR_PATH).
 
 `python -m harness coverage` merges each area over every process and profile that wrote into it,
 takes out the branches `coverage-exempt.yaml` lists with a reason, prints a summary per file and
@@ -37,6 +38,7 @@ class Area:
     name: str
     what: str
     sources: tuple[str, ...]  # repository paths: folders or files
+    also: tuple[str, ...] = ()  # recorded beside the sources, outside the area's figure
 
 
 AREAS = {
@@ -53,8 +55,14 @@ AREAS = {
             "harness/signoff/waivers.py",
             "harness/signoff/verdict.py",
         ),
+        # make test's walk of models/: which error paths the unit tests raise (ERROR_PATH below)
+        also=("models",),
     ),
 }
+# A branch of models/ into a `raise` that no gate walks but make test does is an error path
+# tested by a unit test: the issue's own example of a branch that needs no scenario. It counts
+# apart from the walked ones (`error paths tested`), only where make test's recording shows it.
+ERROR_PATH = "raise"
 
 _started: dict[str, Any] = {}
 
@@ -94,16 +102,17 @@ def start(area: str) -> bool:
     return True
 
 
-def _patterns(spec: Area) -> list[str]:
-    return [str(REPO_ROOT / s / "*") if (REPO_ROOT / s).is_dir() else str(REPO_ROOT / s) for s in spec.sources]
+def _patterns(spec: Area, sources: tuple[str, ...] | None = None) -> list[str]:
+    paths = spec.sources if sources is None else sources
+    return [str(REPO_ROOT / s / "*") if (REPO_ROOT / s).is_dir() else str(REPO_ROOT / s) for s in paths]
 
 
 def _selection(spec: Area) -> dict[str, list[str]]:
     """coverage.py's selection of an area: folders as `source` (a file never imported counts, at
     0 %), or, where the area names single files (which `source` cannot), `include` patterns."""
-    if all((REPO_ROOT / s).is_dir() for s in spec.sources):
+    if not spec.also and all((REPO_ROOT / s).is_dir() for s in spec.sources):
         return {"source": [str(REPO_ROOT / s) for s in spec.sources]}
-    return {"include": _patterns(spec)}
+    return {"include": _patterns(spec, spec.sources + spec.also)}
 
 
 @dataclass
@@ -113,10 +122,12 @@ class FileFigures:
     walked: int
     exempt: list[tuple[int, int]] = field(default_factory=list)
     missing: list[tuple[int, int]] = field(default_factory=list)  # not walked, not exempt
+    error_tested: list[tuple[int, int]] = field(default_factory=list)  # ERROR_PATH branches make test walks
+    tested: list[tuple[int, int]] = field(default_factory=list)  # of `missing`, those make test walks
 
     @property
     def judged(self) -> int:
-        return self.branches - len(self.exempt)
+        return self.branches - len(self.exempt) - len(self.error_tested)
 
 
 @dataclass
@@ -137,6 +148,10 @@ class AreaFigures:
     @property
     def exempt(self) -> int:
         return sum(len(f.exempt) for f in self.files)
+
+    @property
+    def error_tested(self) -> int:
+        return sum(len(f.error_tested) for f in self.files)
 
     @property
     def percent(self) -> float:
@@ -179,8 +194,36 @@ def load_exemptions(path: Path = EXEMPT_FILE) -> list[Exemption]:
     return out
 
 
-def measure(area: str, root: Path, exemptions: list[Exemption], html: Path | None = None) -> AreaFigures:
-    """Merge `root/<area>`'s data files (kept) and judge them against the exemptions."""
+def tested_arcs(root: Path) -> dict[str, set[tuple[int, int]]] | None:
+    """The branches of models/ make test's processes walked (the tests area's `also`), by file;
+    None when make test recorded nothing into `root`."""
+    import coverage
+
+    pieces = sorted((root / "tests").glob(".coverage.*")) if (root / "tests").is_dir() else []
+    if not pieces:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        cov = coverage.Coverage(data_file=str(Path(tmp) / ".coverage"), branch=True, config_file=False)
+        cov.combine([str(p) for p in pieces], keep=True)
+        data = cov.get_data()
+        out = {}
+        for name in data.measured_files():
+            path = Path(name).resolve()
+            if path.is_relative_to(REPO_ROOT / "models"):
+                out[path.relative_to(REPO_ROOT).as_posix()] = {tuple(a) for a in data.arcs(name) or ()}
+        return out
+
+
+def measure(
+    area: str,
+    root: Path,
+    exemptions: list[Exemption],
+    html: Path | None = None,
+    tested: dict[str, set[tuple[int, int]]] | None = None,
+) -> AreaFigures:
+    """Merge `root/<area>`'s data files (kept) and judge them against the exemptions; with
+    `tested` (make test's walk of models/), an unwalked branch into an error path make test
+    walks counts apart, as tested."""
     import coverage
 
     spec = AREAS[area]
@@ -190,6 +233,7 @@ def measure(area: str, root: Path, exemptions: list[Exemption], html: Path | Non
         raise HarnessError(
             f"no coverage recorded for {area} ({spec.what}) in {data_dir}: run with MLX_PARITY_COVERAGE={root} first"
         )
+    tested = tested or {}
     with tempfile.TemporaryDirectory() as tmp:
         cov = coverage.Coverage(
             data_file=str(Path(tmp) / ".coverage"),
@@ -217,6 +261,12 @@ def measure(area: str, root: Path, exemptions: list[Exemption], html: Path | Non
         missing_all = [tuple(b) for b in figures.get("missing_branches", [])]
         exempt = [b for b in missing_all if (rel, b[0]) in by_line]
         used |= {(rel, b[0]) for b in exempt}
+        walked_by_tests = tested.get(rel, set())
+        rest = [b for b in missing_all if b not in exempt]
+        error_tested = [
+            b for b in rest if b in walked_by_tests and b[1] > 0 and source_line(rel, b[1]).startswith(ERROR_PATH)
+        ]
+        missing = [b for b in rest if b not in error_tested]
         summary = figures["summary"]
         files.append(
             FileFigures(
@@ -224,7 +274,9 @@ def measure(area: str, root: Path, exemptions: list[Exemption], html: Path | Non
                 branches=summary["num_branches"],
                 walked=summary["covered_branches"],
                 exempt=exempt,
-                missing=[b for b in missing_all if b not in exempt],
+                missing=missing,
+                error_tested=error_tested,
+                tested=[b for b in missing if b in walked_by_tests],
             )
         )
     stale = [
@@ -247,20 +299,23 @@ def render(figures: AreaFigures, listed: int = 400) -> str:
     lines = [
         f"{figures.area.name}: {figures.area.what}: {figures.walked}/{figures.branches} branches walked "
         f"({figures.percent:.1f} %, target {TARGET:.0f} %), {figures.exempt} exempt, "
-        f"merged from {figures.processes} process(es)"
+        + (f"{figures.error_tested} error paths tested by make test, " if figures.error_tested else "")
+        + f"merged from {figures.processes} process(es)"
     ]
     for f in figures.files:
         if f.branches:
             pct = 100.0 * f.walked / f.judged if f.judged else 100.0
-            lines.append(f"  {f.path:48} {f.walked:5}/{f.judged:<5} {pct:5.1f} %  exempt {len(f.exempt)}")
-    missing = [(f.path, b) for f in figures.files for b in f.missing]
+            tested = f"  error paths tested {len(f.error_tested)}" if f.error_tested else ""
+            lines.append(f"  {f.path:48} {f.walked:5}/{f.judged:<5} {pct:5.1f} %  exempt {len(f.exempt)}{tested}")
+    missing = [(f.path, b, b in f.tested) for f in figures.files for b in f.missing]
     if missing:
         lines.append(
             f"branches not walked ({len(missing)}; each needs a scenario, a test or a coverage-exempt.yaml entry):"
         )
-        for path, (src, dst) in missing[:listed]:
+        for path, (src, dst), by_tests in missing[:listed]:
             where = "exit" if dst < 0 else f"line {dst}"
-            lines.append(f"  {path}:{src} -> {where}: {source_line(path, src)[:80]}")
+            mark = " [make test walks it]" if by_tests else ""
+            lines.append(f"  {path}:{src} -> {where}: {source_line(path, src)[:80]}{mark}")
         if len(missing) > listed:
             lines.append(f"  ... and {len(missing) - listed} more (the HTML report lists every one)")
     for s in figures.stale_exemptions:
@@ -280,8 +335,11 @@ def run(args: Any) -> int:
     if html is not None and html.exists() and any(html.iterdir()):
         raise HarnessError(f"--html {html}: exists and is not empty; name a new folder (nothing is written over)")
     below, records = [], {}
+    tested = tested_arcs(root) if "parity" in areas else None
+    if "parity" in areas and tested is None:
+        print("make test recorded nothing here: no error path of models/ is credited as tested")
     for i, area in enumerate(areas):
-        figures = measure(area, root, exemptions, html / area if html is not None else None)
+        figures = measure(area, root, exemptions, html / area if html is not None else None, tested)
         print(("\n" if i else "") + render(figures, listed=args.list))
         records[area] = {
             "area": area,
@@ -289,6 +347,7 @@ def run(args: Any) -> int:
             "branches": figures.branches,
             "walked": figures.walked,
             "exempt": figures.exempt,
+            "error_paths_tested": figures.error_tested,
             "percent": round(figures.percent, 2),
             "processes": figures.processes,
             "missing": [f"{f.path}:{a}->{b}" for f in figures.files for a, b in f.missing],
@@ -335,6 +394,7 @@ def figures_line(data: dict[str, dict[str, Any]] | None) -> str:
         if area in data:
             r = data[area]
             pct = 100.0 * r["walked"] / r["branches"] if r["branches"] else 100.0
-            counts = f"{r['walked']}/{r['branches']}, {r['exempt']} exempt, target {TARGET:.0f} %"
+            tested = f"{r.get('error_paths_tested', 0)} error paths tested"
+            counts = f"{r['walked']}/{r['branches']}, {r['exempt']} exempt, {tested}, target {TARGET:.0f} %"
             parts.append(f"{AREAS[area].what}: {pct:.1f} % ({counts})")
     return "; ".join(parts)

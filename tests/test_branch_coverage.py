@@ -126,3 +126,44 @@ def test_the_verb_reports_and_writes_json_and_html(one_query: Path, tmp_path: Pa
     record = json.loads((tmp_path / "c.json").read_text())["parity"]
     assert record["walked"] < record["branches"] and f"{MASKS}:" in " ".join(record["missing"])
     assert (tmp_path / "html" / "parity" / "index.html").is_file()
+
+
+def test_an_error_path_make_test_raises_counts_apart_and_nothing_else_it_walks_does(
+    one_query: Path, tmp_path: Path
+) -> None:
+    """A branch into a `raise` of models/ that no gate walks and a unit test does is an error
+    path tested (out of the gates' figure, counted apart); a branch make test walks into
+    anything else stays missing, marked as walked by make test (it needs a scenario)."""
+    from harness.branch_coverage import tested_arcs
+
+    root = tmp_path / "both"
+    (root / "parity").mkdir(parents=True)
+    for piece in (one_query / "parity").glob(".coverage.*"):
+        (root / "parity" / piece.name).write_bytes(piece.read_bytes())
+    config = "rope_theta=1e4, rope_traditional=False, rope_scaling=None, max_position_embeddings=None"
+    code = (
+        "from types import SimpleNamespace\nfrom models.universal.rope import make_rope\n"
+        f"config = SimpleNamespace(attention_head_dim=8, {config}, rope_type='bogus')\n"
+        "try:\n    make_rope(config)\nexcept ValueError:\n    pass\n"
+    )
+    rope = "models/universal/rope.py"
+    _record(root, code, plugin="conftest")
+    before = next(f for f in measure("parity", root, []).files if f.path == rope)
+    figures = measure("parity", root, [], tested=tested_arcs(root))
+    after = next(f for f in figures.files if f.path == rope)
+    longrope = _line(rope, 'if rope_type == "longrope":', after="def make_rope")
+    raising = _line(rope, 'raise ValueError(f"unsupported rope_type', after="def make_rope")
+    assert (longrope, raising) in after.error_tested and (longrope, raising) not in after.missing
+    assert (longrope, raising) in before.missing and not before.error_tested
+    first = _line(rope, 'if rope_type in ("default", "linear"):', after="def make_rope")
+    assert (first, first + 3) in after.missing and (first, first + 3) in after.tested  # walked, not an error path
+    assert after.judged == before.judged - 1 and figures.error_tested == 1
+    assert "1 error paths tested by make test" in render(figures)
+    assert "[make test walks it]" in render(figures, listed=100000)
+
+
+def test_without_make_tests_recording_no_error_path_is_credited(one_query: Path) -> None:
+    from harness.branch_coverage import tested_arcs
+
+    assert tested_arcs(one_query) is None
+    assert measure("parity", one_query, [], tested=None).error_tested == 0
