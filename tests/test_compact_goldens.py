@@ -230,3 +230,21 @@ def test_full_vectors_and_tensors_regenerated_once_are_kept_for_the_next_run(iso
     finally:
         FakeOracle.counter = None
         FakeOracle.with_arrays = False
+
+
+def test_a_corrupt_optional_blob_is_removed_and_the_golden_judged_by_its_hashes(isolated: Path) -> None:
+    """Hostile probe 2, L10 (A3): a flipped bit in a compact golden's logits_head blob made every
+    check ERROR with advice to regenerate all goldens; deleting the blob alone was enough."""
+    write_profile(isolated)
+    session = fake_session(isolated)
+    golden = session.goldens(session.profile("tiny"))["plain"]
+    manifest = json.loads(golden.manifest_path.read_text())
+    blob = session.store("mlx-lm").blob_path(manifest["blobs"]["logits_head"]["sha256"])
+    data = bytearray(blob.read_bytes())
+    data[-1] ^= 0x01
+    blob.write_bytes(bytes(data))
+    before = golden.manifest_path.read_bytes()
+    again = fake_session(isolated).goldens(session.profile("tiny"))["plain"]
+    assert not blob.exists()  # removed, not trusted
+    assert again.record.logits.shape[0] == 0 and again.record.compact.row_sha256 == golden.record.compact.row_sha256
+    assert golden.manifest_path.read_bytes() == before  # the tracked manifest is not rewritten

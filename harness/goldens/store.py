@@ -25,6 +25,7 @@ import datetime as dt
 import hashlib
 import io
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -172,27 +173,41 @@ class GoldenStore:
                 f"corrupted golden manifest {path}: record names arrays {names}, digests {sorted(digests)}"
             )
         blobs = manifest.get("blobs", {})
-        head = np.zeros((0, compact.vocab), np.float32)
-        if "logits_head" in blobs and self.blob_path(blobs["logits_head"]["sha256"]).exists():
-            head = self.read_blob(blobs["logits_head"], path)
+        head = self._optional_blob(blobs, "logits_head", path, lambda a: not compact.mismatches(a, range(len(a))))
+        if head is None:
+            head = np.zeros((0, compact.vocab), np.float32)
         arrays = {}
         for name in names:
-            if name in blobs and self.blob_path(blobs[name]["sha256"]).exists():
-                arrays[name] = self.read_blob(blobs[name], path)
-                if array_sha256(arrays[name]) != digests[name]:
-                    raise GoldenError(
-                        f"corrupted golden blob for {name!r} of {path}: its bits do not hash to the digest; "
-                        f"{_mend(path)}"
-                    )
-        if compact.mismatches(head, range(len(head))):
-            raise GoldenError(
-                f"corrupted golden blob logits_head of {path}: its rows do not hash to row_sha256; {_mend(path)}"
-            )
+            array = self._optional_blob(blobs, name, path, lambda a, name=name: array_sha256(a) == digests[name])
+            if array is not None:
+                arrays[name] = array
         record = ScenarioRecord.from_meta(manifest["record"], head, str(path), arrays)
         record.compact = compact
         record.array_digests = dict(digests)
         record.validate(str(path))
         return Golden(manifest_path=path, manifest=manifest, record=record)
+
+    def _optional_blob(
+        self, blobs: dict[str, Any], name: str, path: Path, agrees: Callable[[np.ndarray], bool]
+    ) -> np.ndarray | None:
+        """A compact golden's optional blob (its logits head, a named tensor): a copy kept in this
+        cache beside the manifest's hashes, which stay the golden. Absent, or corrupt (its bytes,
+        its shape, or rows that do not hash to the manifest's), it is as if never kept: a corrupt
+        one is said and removed, never trusted and never a reason to regenerate the golden
+        (hostile probe 2, L10)."""
+        if name not in blobs or not self.blob_path(blobs[name]["sha256"]).exists():
+            return None
+        try:
+            array = self.read_blob(blobs[name], path)
+        except GoldenError as e:
+            reason = str(e).split(";")[0]
+        else:
+            if agrees(array):
+                return array
+            reason = f"its rows do not hash to {path.name}'s"
+        progress.say(f"optional golden blob {name} of {path} is corrupt ({reason}): removed, judged by the hashes")
+        self.blob_path(blobs[name]["sha256"]).unlink(missing_ok=True)
+        return None
 
     # -- full vectors of compact goldens, kept in this cache ------------------------------
 
