@@ -212,3 +212,42 @@ def test_a_venv_is_built_with_uv_and_with_pip_when_uv_fails(
         assert " pip install --python " in log and " -m pip install" not in log
     else:
         assert "uv could not build it" in log and " -m pip install" in log
+
+
+def test_an_interrupted_venv_build_leaves_nothing_and_a_killed_ones_folder_is_swept(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hostile probe 2, L11 (A6): Ctrl-C during a venv build left `<venv>.building-<pid>` behind
+    for good, and printed a KeyboardInterrupt traceback."""
+    import harness.oracle.venvs as venvs
+
+    root = isolated / "cache" / "venvs" / "probe-x"
+    root.parent.mkdir(parents=True)
+    env = OracleEnv(name="probe", root=root, pins_hash="x", pins="")
+    killed = root.with_name("probe-x.building-999999")  # a build whose process was killed
+    (killed / "bin").mkdir(parents=True)
+
+    def interrupted(env, how, tmp, out, log):
+        (tmp / "bin").mkdir(parents=True)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(venvs, "_install", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        venvs.ensure_built(env, lambda: None, venvs.Pins(isolated / "pins.txt"))
+    assert not killed.exists()  # swept under the lock, before building
+    assert not list(root.parent.glob("probe-x.building-*")) and not root.exists()  # its own, removed
+
+
+def test_ctrl_c_in_a_verb_is_one_line_and_exit_130(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    import harness.cli as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    from harness.cli.verbs import BY_NAME
+
+    verb = next(v for v in BY_NAME.values() if v.name == "list")
+    module, function = verb.target.split(":")
+    monkeypatch.setattr(__import__("importlib").import_module(module), function, interrupted)
+    assert cli.main(["list"]) == 130
+    assert capsys.readouterr().err.strip() == "interrupted: python -m harness list stopped"

@@ -63,3 +63,6 @@ def main(argv: list[str] | None = None) -> int:
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: said in a line, no traceback; what was half built is swept
+        print(f"interrupted: python -m harness {args.verb} stopped", file=sys.stderr)
+        return 130

@@ -160,8 +160,17 @@ def ensure_built(
         if usable(say=False):  # another process built (or mended) it while we waited
             return env
         before_build()  # before minutes of building, not after
+        _sweep_unfinished(root)
         _build(env, pins, what)
     return env
+
+
+def _sweep_unfinished(root: Path) -> None:
+    """Remove `<venv>.building-<pid>` folders a killed build left (hostile probe 2, L11): under
+    the venv's lock no other process is building it, so any of them is unfinished."""
+    for stale in root.parent.glob(f"{root.name}.building-*"):
+        progress.say(f"removing an unfinished venv build {stale}")
+        shutil.rmtree(stale, ignore_errors=True)
 
 
 def _build(env: OracleEnv, pins: Pins, what: str = "oracle venv") -> None:
@@ -173,7 +182,7 @@ def _build(env: OracleEnv, pins: Pins, what: str = "oracle venv") -> None:
         with open(log, "w") as out:
             try:
                 _install(env, pins, tmp, out, log)
-            except OracleError:
+            except BaseException:  # a failed build, and Ctrl-C: no half-built venv is left behind
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
     (tmp / ".complete").write_text(env.pins_hash + "\n")
