@@ -286,6 +286,15 @@ def test_a_requirements_file_is_read_into_the_venv_hash(tmp_path: Path, monkeypa
     with pytest.raises(OracleVersionError, match=r"install mlx 9\.9, its oracle runs mlx 0\.32\.4.*nothing was built"):
         venv.ensure_plugin_env("x", ["-r req.txt"], "0.32.4")
     assert not (tmp_path / "cache" / "venvs").exists() or not any((tmp_path / "cache" / "venvs").glob("plugin-*/"))
+    # hostile probe 2, L3: every spelling of an include is read in, so the mlx guard sees its pins
+    for spelling in ("-rreq.txt", "--requirement=req.txt", "--requirement req.txt"):
+        assert venv.expand([spelling], "x") == ["mlx==9.9", "numpy==1.0"], spelling
+        with pytest.raises(OracleVersionError, match=r"install mlx 9\.9.*nothing was built"):
+            venv.ensure_plugin_env("x", [spelling], "0.32.4")
+    (tmp_path / "c.txt").write_text("mlx==9.9\n")
+    for spelling in ("-c c.txt", "-cc.txt", "--constraint=c.txt"):  # a constraint file: refused, by name
+        with pytest.raises(ProfileError, match=r"a constraints file is not read into the venv's hash"):
+            venv.expand(["mlx-lm==0.1", spelling], "x")
 
 
 def test_bench_protocol_pairs_each_run_with_the_implementation_s_own_compute(isolated: Path) -> None:

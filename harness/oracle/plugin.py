@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import re
 import signal
 import subprocess
 import threading
@@ -166,15 +167,26 @@ def plugin_pins(label: str, requirements: list[str]) -> tuple[str, str]:
     return pins, pins_hash(pins)
 
 
+# pip's spellings of a requirements include (-r FILE, -rFILE, --requirement=FILE) and a constraints file
+_INCLUDE = re.compile(r"(?:-r|--requirement)(?:=|\s+|(?=[^\s=-]))(\S.*)")
+_CONSTRAINT = re.compile(r"(?:-c|--constraint)(?:=|\s+|(?=[^\s=-]))(\S.*)")
+
+
 def expand(requirements: list[str], label: str) -> list[str]:
     """The requirement lines, each `-r FILE` (a file of the repository) replaced by its lines, so
     that the venv's hash is that of what pip installs, not of a file name."""
     lines = []
     for line in requirements:
-        if not line.startswith(("-r ", "--requirement ")):
+        if _CONSTRAINT.match(line.strip()):
+            raise ProfileError(
+                f"implementation {label}: requirements: {line!r}: a constraints file is not read into the venv's "
+                "hash or the one-mlx check: pin its versions as requirement lines (or in a -r file) instead"
+            )
+        include = _INCLUDE.match(line.strip())
+        if include is None:
             lines.append(line)
             continue
-        path = REPO_ROOT / line.split(maxsplit=1)[1].strip()
+        path = REPO_ROOT / include.group(1).strip()
         try:
             text = path.read_text()
         except OSError as e:
