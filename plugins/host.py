@@ -47,7 +47,7 @@ def environment(extra):
         found["device"] = str(mx.default_device())
     except importlib.metadata.PackageNotFoundError:
         found["mlx"] = None
-    return found | dict(extra or {})
+    return dict(extra or {}) | found  # what was measured here wins: a factory may add keys, not override them
 
 
 def write_record(out, scenario_id, answer, env):

@@ -18,6 +18,7 @@ import pytest
 from harness.errors import HarnessError, InTreeRunError, OracleVersionError, ProfileError, RecordError
 from harness.oracle.plugin import HOST, LineProcess, Timeout
 from harness.oracle.streams import LINE_BYTES, LineTooLong
+from harness.paths import REPO_ROOT
 from harness.provenance import device_facts
 from harness.runners.process import ProcessRunner, ProtocolError
 from tests.conftest import VALID_PROFILE, write_profile
@@ -93,6 +94,7 @@ def test_a_python_factory_is_served_by_the_host_and_its_own_failure_is_that_scen
         ("garbage-hello", ProtocolError, r"answered 'hello' with 'Loading weights\.\.\. done': expected one JSON"),
         ("protocol-2", ProtocolError, r"hello: protocol 2, expected 1"),
         ("other-mlx", ProtocolError, r"it runs mlx 0\.1\.0, its oracle mlx"),
+        ("mlx-null-hello", ProtocolError, r"result says it ran mlx '0\.32\.4', its hello None"),
         ("wrong-answer", ProtocolError, r"answered 'load' with op 'ran', expected 'loaded'"),
         ("crash-at-run", ProtocolError, r"exited before answering 'run'.*\(exit 139\).*Segmentation fault"),
         ("wrong-id", ProtocolError, r"answered run 'plain\.1' with id 'someone-else', expected the same id"),
@@ -342,3 +344,17 @@ def test_a_report_names_the_implementation_and_what_its_venv_is_built_from(isola
         "requirements": pins.splitlines(),
     }
     assert "mlx-lm==0.32.2" in facts["requirements"] and "my-port==0.3" in facts["requirements"]  # -r read in
+
+
+def test_l2_p57_the_host_s_measured_mlx_and_device_win_over_the_factory_s_claims() -> None:
+    """Hostile probe 2, L2: a factory's `info.environment` overrode the mlx and device the host
+    measured, so the one-mlx check judged the factory's word."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("plugin_host", REPO_ROOT / "plugins" / "host.py")
+    host = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(host)
+    measured = host.environment(None)
+    claimed = host.environment({"mlx": "9.9.9", "device": "Device(gpu, 0)", "engine": "mine 1.0"})
+    assert claimed["mlx"] == measured["mlx"] and claimed["device"] == measured["device"]
+    assert claimed["engine"] == "mine 1.0"  # a key of its own is kept

@@ -82,9 +82,15 @@ class ProcessRunner:
             answer = self._ask(request | {"decode": decode, "out": str(out)}, "ran", self.plugin.run_timeout_s, run_id)
         self.last_answer = answer
         try:
-            _, records, errors = read_generator_output(out, oracle=False)
+            result, records, errors = read_generator_output(out, oracle=False)
         finally:
             shutil.rmtree(out, ignore_errors=True)
+        ran_mlx = result["environment"].get("mlx", self.hello["environment"]["mlx"])
+        if ran_mlx != self.hello["environment"]["mlx"]:  # hostile probe 2, L1: a hello of mlx null, then mlx
+            raise ProtocolError(
+                f"{spec['id']}: {self.plugin.label}'s result says it ran mlx {ran_mlx!r}, its hello "
+                f"{self.hello['environment']['mlx']!r}: the one-mlx check was made on the hello (docs/protocol.md)"
+            )
         if spec["id"] in errors:
             raise InTreeRunError(f"{spec['id']}: {self.plugin.label} wrote an error entry: {errors[spec['id']]}")
         if list(records) != [spec["id"]]:

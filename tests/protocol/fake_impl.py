@@ -11,6 +11,8 @@ import time
 import numpy as np
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "ok"
+# the mlx a hello names: another than the project's, or none (then the result names the project's: L1)
+HELLO_MLX = {"other-mlx": "0.1.0", "mlx-null-hello": None}
 MLX = sys.argv[2] if len(sys.argv) > 2 else None  # the project's mlx version, passed by the test
 
 
@@ -24,9 +26,11 @@ def record(spec, forced):
     logits = rng.standard_normal((spec["n_tokens"], 16)).astype(np.float32)
     if MODE == "perturbed":  # one ulp in one logit of the last row
         logits.view(np.uint32)[-1, 3] += 1
+    if MODE == "wrong-shape":  # 8 columns, its tokens among them: the shape, not an id, is what is wrong
+        logits = logits[:, :8]
     tokens = forced["tokens"] if forced is not None else [int(t) for t in logits.argmax(axis=1)]
     if MODE == "wrong-shape":
-        logits = logits[:, :8]
+        tokens = [t % 8 for t in tokens]
     return logits, {"rendered_prompt": None, "prompt_ids": [1, 2], "tokens": tokens, "eos_ids": [0]}
 
 
@@ -48,7 +52,7 @@ def main():
                 "produces": "llm",
                 "name": "fake",
                 "version": "0",
-                "environment": {"mlx": "0.1.0" if MODE == "other-mlx" else MLX, "device": "Device(cpu, 0)"},
+                "environment": {"mlx": HELLO_MLX.get(MODE, MLX), "device": "Device(cpu, 0)"},
                 "decodes": ["eager"],
             }
             say(hello)
