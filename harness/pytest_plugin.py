@@ -332,6 +332,10 @@ class _Collector:
     def _finish(self, session: pytest.Session) -> None:
         config = session.config
         if config.option.collectonly:  # nothing ran, nothing is judged: no rows, no report
+            terminal = config.pluginmanager.get_plugin("terminalreporter")
+            for nodeid, row in self.rows.items():  # but a profile that failed to collect says why (L15)
+                if terminal is not None:
+                    terminal.write_line(f"error: {nodeid}: {row.summary}")
             return
         for nodeid in self.expected:
             if nodeid in self.rows:

@@ -83,6 +83,14 @@ def test_collect_only_lists_node_ids_that_each_rerun_exactly_one_check(tree: Pat
         assert [(r["scenario"], r["check"]) for r in rows] == [tuple(node.split("::")[1:])]
 
 
+def test_collect_only_of_a_broken_profile_says_why_and_writes_no_report(tree: Path, capsys) -> None:
+    """Hostile probe 2, L15 (Pr4): only '1 error during collection' was printed, no reason."""
+    (tree / "profiles" / "broken.yaml").write_bytes(b"\xff\xfebroken: [\n")
+    code, out, err, rows = parity_streams(tree, capsys, "--model", "broken", "--collect-only")
+    assert code != 0 and rows == [] and not list((tree / "reports").iterdir())
+    assert "broken.yaml: not UTF-8" in out + err
+
+
 def test_a_failure_prints_a_rerun_command_that_reruns_exactly_that_check(tree: Path, capsys) -> None:
     _Runner.bad = {"plain"}
     code, out, rows = parity(tree, capsys, "--model", "tiny", "-k", "logits")
