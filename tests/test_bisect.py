@@ -146,3 +146,22 @@ def test_step_verdict_counts_only_passes_and_failures() -> None:
     assert step_verdict(["failed", "passed"])[0] == STOP
     assert step_verdict(["failed", "failed"]) == (BAD, "failed")
     assert step_verdict(["passed"]) == (GOOD, "passed")
+
+
+def test_l20_a_killed_bisections_worktree_is_removed_by_the_next_and_a_running_ones_kept(tmp_path: Path) -> None:
+    """Hostile probe 2, L20 (B16): a SIGKILLed bisection's worktree (308 MB) stayed registered
+    and its folder stayed in the cache."""
+    from harness.history.bisect import _sweep_killed
+
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    _git(repo, "commit", "-q", "--allow-empty", "-m", "one")
+    folder = tmp_path / "bisect"
+    killed, running = folder / "bisect-999999999-abc", folder / f"bisect-{os.getpid()}-def"
+    for work in (killed, running):
+        work.mkdir(parents=True)
+        _git(repo, "worktree", "add", "-q", "--detach", str(work / "tree"), "HEAD")
+    _sweep_killed(repo, folder)
+    assert not killed.exists() and (running / "tree").is_dir()
+    listed = _git(repo, "worktree", "list")
+    assert str(killed) not in listed and str(running) in listed

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shlex
 import shutil
@@ -183,9 +184,10 @@ def run(args: argparse.Namespace) -> int:
     check_arguments(args, repo)
     if run_command(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo, capture=True).stdout.strip():
         print(f"note: {repo} has uncommitted changes; bisect judges commits only, never the working tree")
-    run_command(["git", "-C", str(repo), "worktree", "prune"], quiet=True)  # a killed bisection's worktree
     (cache_root() / "bisect").mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="bisect-", dir=cache_root() / "bisect"))
+    _sweep_killed(repo, cache_root() / "bisect")
+    run_command(["git", "-C", str(repo), "worktree", "prune"], quiet=True)  # a killed bisection's worktree
+    work = Path(tempfile.mkdtemp(prefix=f"bisect-{os.getpid()}-", dir=cache_root() / "bisect"))
     tree = work / "tree"
     git = ["git", "-C", str(tree)]
     if run_command(["git", "-C", str(repo), "worktree", "add", "--detach", str(tree), args.bad], quiet=True).returncode:
@@ -196,6 +198,29 @@ def run(args: argparse.Namespace) -> int:
         run_command([*git, "bisect", "reset"], quiet=True)
         run_command(["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)], quiet=True)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _sweep_killed(repo: Path, folder: Path) -> None:
+    """Remove what a killed bisection left (hostile probe 2, L20): its folder under the cache and
+    the worktree registered there, found by the process id in its name (`bisect-<pid>-...`),
+    kept while that process still runs."""
+    for work in folder.glob("bisect-*"):
+        pid = work.name.split("-")[1]
+        if pid.isdigit() and _alive(int(pid)):
+            continue
+        print(f"note: removing a killed bisection's worktree {work}")
+        run_command(["git", "-C", str(repo), "worktree", "remove", "--force", str(work / "tree")], quiet=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: running
+        return True
+    return True
 
 
 def _bisect(args: argparse.Namespace, work: Path, tree: Path, git: list[str]) -> int:
