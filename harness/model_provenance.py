@@ -75,3 +75,14 @@ def implementation_provenance(profile: Any) -> dict[str, Any]:
         pins, digest = plugin_pins(plugin.label, plugin.requirements)
         facts |= {"pins_hash": digest, "requirements": [line for line in pins.splitlines() if line]}
     return facts
+
+
+def with_hellos(provenance: dict, rows) -> dict:
+    """Each plug-in implementation's hello (name, version, environment: docs/protocol.md says
+    they are for reports) beside its profile's implementation facts, from the rows that ran it."""
+    for row in rows:
+        hello = row.details.get("implementation_hello") if isinstance(row.details, dict) else None
+        facts = provenance.get(row.model, {}).get("implementation") if hello else None
+        if isinstance(facts, dict) and "hello" not in facts:
+            facts["hello"] = hello
+    return provenance

@@ -254,3 +254,12 @@ class VadItem(_VerdictItem):
         runs = self.config.stash.setdefault(_VAD_KEY, {})
         found = runs.setdefault(self.profile.name, VadRun(self.profile, [self.fixture])).check(self.fixture, self.check)
         return CheckResult(self.check, found.passed, found.detail, details=dict(found.details))
+
+
+def short_reason(report: pytest.BaseReport) -> str:
+    """A failed report's reason in one line (its crash message, else its last line)."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None:
+        return str(crash.message).splitlines()[0][:500]
+    lines = [line for line in str(report.longrepr or "").splitlines() if line.strip()]
+    return (lines[-1] if lines else "no detail").strip()[:500]

@@ -22,7 +22,7 @@ from harness.coverage import Coverage, judge_coverage
 from harness.device import check_real_device
 from harness.errors import HarnessError, unknown
 from harness.goldens.lifecycle import harness_commit
-from harness.model_provenance import model_provenance
+from harness.model_provenance import model_provenance, with_hellos
 from harness.paths import profiles_dir
 from harness.profile import Profile
 from harness.profile.load import EXTERNAL, available_profiles, load_profile
@@ -39,6 +39,7 @@ from harness.pytest_items import (
     _requested,
     _rerun_count,
     _session,
+    short_reason,
 )
 from harness.report import ItemResult, build_report, keep_report, peak_rss_mb, verdict
 from harness.screen import render
@@ -222,14 +223,6 @@ def _is_parity_id(nodeid: str) -> bool:
     return nodeid.split("::")[0].endswith(".yaml")
 
 
-def _short(report: pytest.BaseReport) -> str:
-    crash = getattr(report.longrepr, "reprcrash", None)
-    if crash is not None:
-        return str(crash.message).splitlines()[0][:500]
-    lines = [line for line in str(report.longrepr or "").splitlines() if line.strip()]
-    return (lines[-1] if lines else "no detail").strip()[:500]
-
-
 class _Collector:
     """Gathers item results on the controller (xdist workers send them in user_properties)
     and owns the verdict: PASS only when every collected parity item recorded a passing
@@ -288,7 +281,9 @@ class _Collector:
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed and _is_parity_id(report.nodeid):
-            self.rows[report.nodeid] = _item_row(report.nodeid, f"the profile failed to collect: {_short(report)}")
+            self.rows[report.nodeid] = _item_row(
+                report.nodeid, f"the profile failed to collect: {short_reason(report)}"
+            )
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not _is_parity_id(report.nodeid):
@@ -305,10 +300,10 @@ class _Collector:
         row = self.rows.get(report.nodeid)
         if row is None:
             self.rows[report.nodeid] = _item_row(
-                report.nodeid, f"no result recorded, {report.when} failed: {_short(report)}"
+                report.nodeid, f"no result recorded, {report.when} failed: {short_reason(report)}"
             )
         elif report.when != "call":  # e.g. a teardown error after a recorded result
-            row.outcome, row.summary = "error", f"{row.summary}; then {report.when} failed: {_short(report)}"
+            row.outcome, row.summary = "error", f"{row.summary}; then {report.when} failed: {short_reason(report)}"
 
     def _add_worker_phases(self, report: pytest.TestReport, phases: dict) -> None:
         for name, value in phases["seconds"].items():
@@ -332,10 +327,9 @@ class _Collector:
     def _finish(self, session: pytest.Session) -> None:
         config = session.config
         if config.option.collectonly:  # nothing ran, nothing is judged: no rows, no report
-            terminal = config.pluginmanager.get_plugin("terminalreporter")
-            for nodeid, row in self.rows.items():  # but a profile that failed to collect says why (L15)
-                if terminal is not None:
-                    terminal.write_line(f"error: {nodeid}: {row.summary}")
+            terminal = config.pluginmanager.get_plugin("terminalreporter")  # a profile that failed to collect:
+            for nodeid, row in self.rows.items() if terminal is not None else ():  # says why (L15)
+                terminal.write_line(f"error: {nodeid}: {row.summary}")
             return
         for nodeid in self.expected:
             if nodeid in self.rows:
@@ -363,7 +357,7 @@ class _Collector:
             "device": device_facts().as_dict(),
             "models": models,
             "harness_commit": harness_commit(),
-            "provenance": {m: model_provenance(m) for m in models},
+            "provenance": with_hellos({m: model_provenance(m) for m in models}, self.rows.values()),
             "scoped_out": scoped_out(models),
             "not_run_here": not_run_here(models),
             "not_run": self.not_run,

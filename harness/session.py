@@ -270,6 +270,9 @@ class ParitySession:
         if exercise is not None:  # judged over the profile by harness/coverage.py
             golden = self.golden(profile, scenario).record
             result.details["walked"] = walked_paths(profile, scenario, check, exercise, golden, result)
+        hello = getattr(self._runners.get(profile.name), "hello", None)
+        if hello:  # an implementation in its own process: who it said it is, for the report (L6)
+            result.details["implementation_hello"] = {k: hello.get(k) for k in ("name", "version", "environment")}
         if not result.passed:
             note = self.recorded_elsewhere(profile, scenario)
             if note is not None:

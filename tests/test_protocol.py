@@ -65,6 +65,10 @@ def test_a_program_speaking_the_protocol_passes_every_gate_in_one_process(isolat
     assert all(r.passed for r in results.values()), {k: r.summary for k, r in results.items() if not r.passed}
     assert isinstance(runner, ProcessRunner) and runner._proc.returncode == 0  # told bye, exited 0
     assert runner._runs == 2 * 2  # per scenario free and teacher-forced (the forced run is the free one's repeat)
+    # hostile probe 2, L6: who the implementation said it is rides with every result to the report
+    hellos = [r.details.get("implementation_hello") for r in results.values()]
+    assert all(h is not None and h["name"] == runner.hello["name"] for h in hellos)
+    assert hellos[0]["version"] == runner.hello["version"] and "mlx" in hellos[0]["environment"]
 
 
 def test_a_perturbed_implementation_fails_and_localization_says_it_is_unavailable(isolated: Path) -> None:
@@ -358,3 +362,16 @@ def test_l2_p57_the_host_s_measured_mlx_and_device_win_over_the_factory_s_claims
     claimed = host.environment({"mlx": "9.9.9", "device": "Device(gpu, 0)", "engine": "mine 1.0"})
     assert claimed["mlx"] == measured["mlx"] and claimed["device"] == measured["device"]
     assert claimed["engine"] == "mine 1.0"  # a key of its own is kept
+
+
+def test_l6_p53_the_report_carries_each_plugin_s_hello_beside_its_implementation_facts() -> None:
+    from harness.model_provenance import with_hellos as _with_hellos
+    from harness.report import ItemResult
+
+    hello = {"name": "port", "version": "0.3", "environment": {"mlx": "0.32.4"}}
+    row = ItemResult("tiny", "plain", "greedy_tokens", "L1", "mlx-lm", "passed", "ok", details={})
+    row.details["implementation_hello"] = hello
+    intree = ItemResult("other", "plain", "greedy_tokens", "L1", "mlx-lm", "passed", "ok")
+    provenance = {"tiny": {"implementation": {"name": "port", "in_tree": False}}, "other": {"implementation": {}}}
+    out = _with_hellos(provenance, [row, intree])
+    assert out["tiny"]["implementation"]["hello"] == hello and "hello" not in out["other"]["implementation"]
