@@ -26,6 +26,7 @@ from harness import settings
 from harness.device import device_bootstrap
 from harness.errors import OracleError, OracleVersionError
 from harness.oracle.descriptor import ORACLE_DISTRIBUTIONS, descriptor, is_mlx_free, oracle_family
+from harness.oracle.installed import VERIFIED, altered
 from harness.oracle.pins import check_mlx_pin, nodeps_pins_path, pins_hash, pins_path, project_mlx, read_pins
 from harness.oracle.streams import cap_text, file_tail
 from harness.paths import cache_root
@@ -136,19 +137,30 @@ class Pins:
 
 
 def ensure_built(
-    env: OracleEnv, before_build: typing.Callable[[], None], pins: Pins, what: str = "oracle venv"
+    env: OracleEnv,
+    before_build: typing.Callable[[], None],
+    pins: Pins,
+    what: str = "oracle venv",
+    verify: typing.Iterable[str] = VERIFIED,
 ) -> OracleEnv:
-    """`env` once built: reused while its `.complete` marker stands and its interpreter runs,
-    else built (once, under a lock: two processes never build the same venv)."""
+    """`env` once built: reused while its `.complete` marker stands, its interpreter runs and the
+    `verify` distributions' files hash to their RECORDs (harness/oracle/installed.py), else built
+    (once, under a lock: two processes never build the same venv). A build whose files do not
+    hash to their RECORDs is refused."""
     root = env.root
     marker = root / ".complete"
+    verify = tuple(verify)
 
-    def usable(say: bool) -> bool:  # finished, and its interpreter still runs
+    def usable(say: bool) -> bool:  # finished, its interpreter still runs, its libraries as installed
         if not marker.exists():
             return False
         if os.access(env.python, os.X_OK) and subprocess.run([str(env.python), "-I", "-c", ""]).returncode == 0:
-            return True
-        if say:
+            wrong = altered(root, verify)
+            if not wrong:
+                return True
+            if say:
+                progress.say(f"venv {root} altered since built ({len(wrong)} files): {wrong[0]}: building it again")
+        elif say:
             progress.say(f"venv {root} is broken (its interpreter {env.python} does not run): building it again")
         marker.unlink(missing_ok=True)
         return False
@@ -162,6 +174,10 @@ def ensure_built(
         before_build()  # before minutes of building, not after
         _sweep_unfinished(root)
         _build(env, pins, what)
+        wrong = altered(root, verify)
+        if wrong:
+            (root / ".complete").unlink(missing_ok=True)
+            raise OracleError(f"{what} {root}: just built, yet {wrong[0]}: refused (nothing is judged with it)")
     return env
 
 
