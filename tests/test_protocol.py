@@ -375,3 +375,39 @@ def test_l6_p53_the_report_carries_each_plugin_s_hello_beside_its_implementation
     provenance = {"tiny": {"implementation": {"name": "port", "in_tree": False}}, "other": {"implementation": {}}}
     out = _with_hellos(provenance, [row, intree])
     assert out["tiny"]["implementation"]["hello"] == hello and "hello" not in out["other"]["implementation"]
+
+
+def _hostile_modes() -> list[str]:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fake_impl", FAKES / "fake_impl.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return sorted(module.HOSTILE) + list(module.HOSTILE_FILES)
+
+
+@pytest.mark.parametrize("mode", ["ok", *_hostile_modes()])
+def test_issue_51_part_5_no_hostile_record_passes(isolated: Path, mode: str) -> None:
+    """Hostile probe 2's record attacks (its fakeplug.py FAKE_MODEs: NaN and infinite logits,
+    wrong shapes and dtypes, lying tokens, EOS and prompt ids, too few or many steps, a pickled
+    or linked logits file, another scenario's or an extra record), each replayed by this fake
+    over the protocol: refused with an error naming what is wrong, or failed by a check; never
+    a PASS."""
+    _profile(isolated, _fake(mode))
+    session = fake_session(isolated)
+    profile = session.profile("tiny")
+    outcomes, checks = [], [*CHECKS, "eos_stop"]
+    for check in checks:
+        try:
+            result = session.run_check(profile, profile.scenario("plain"), check)
+        except HarnessError as e:
+            assert str(e).strip(), f"{mode}: an error with no message"
+            outcomes.append("error")
+            continue
+        outcomes.append("passed" if result.passed else "failed")
+        assert result.passed or result.summary.strip()
+    session.release("tiny")
+    if mode == "ok":  # the control: the same fake, unbroken, passes every one of them
+        assert outcomes == ["passed"] * len(checks), outcomes
+    else:
+        assert outcomes != ["passed"] * len(checks), f"{mode}: every check passed"

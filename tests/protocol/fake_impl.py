@@ -16,6 +16,40 @@ HELLO_MLX = {"other-mlx": "0.1.0", "mlx-null-hello": None}
 MLX = sys.argv[2] if len(sys.argv) > 2 else None  # the project's mlx version, passed by the test
 
 
+def _row(logits, value):
+    out = logits.copy()
+    out[min(1, len(out) - 1), 3] = value
+    return out
+
+
+# Hostile probe 2's record attacks (its fakeplug.py FAKE_MODE), each on what this fake replays: the
+# harness must refuse the record or fail a check; none may pass (tests/test_protocol.py).
+HOSTILE = {
+    "nan": lambda lg, m: (_row(lg, np.nan), m),
+    "nan_all": lambda lg, m: (np.full_like(lg, np.nan), m),
+    "inf": lambda lg, m: (_row(lg, np.inf), m),
+    "neginf_row": lambda lg, m: (np.where(np.arange(len(lg))[:, None] == len(lg) - 1, -np.inf, lg), m),
+    "shape_1d": lambda lg, m: (lg.reshape(-1), m),
+    "shape_3d": lambda lg, m: (lg[None], m),
+    "f64": lambda lg, m: (lg.astype(np.float64), m),
+    "f16": lambda lg, m: (lg.astype(np.float16), m),
+    "i32": lambda lg, m: (lg.astype(np.int32), m),
+    "bf16view": lambda lg, m: (lg.view(np.uint32), m),
+    "bigendian": lambda lg, m: (lg.astype(">f4"), m),
+    "tokens_shift": lambda lg, m: (lg, m | {"tokens": m["tokens"][1:] + m["tokens"][:1]}),
+    "eos_lie": lambda lg, m: (lg, m | {"eos_ids": [1, 2, 3]}),
+    "prompt_ids_lie": lambda lg, m: (lg, m | {"prompt_ids": m["prompt_ids"][:-1]}),
+    "nan_meta": lambda lg, m: (lg, m | {"tokens": [float("nan")] + m["tokens"][1:]}),
+    "float_tokens": lambda lg, m: (lg, m | {"tokens": [float(t) + 0.4 for t in m["tokens"]]}),
+    "bool_tokens": lambda lg, m: (lg, m | {"tokens": [True] * len(m["tokens"])}),
+    "neg_tokens": lambda lg, m: (lg, m | {"tokens": [-t - 1 for t in m["tokens"]]}),
+    "big_tokens": lambda lg, m: (lg, m | {"tokens": [t + 16 for t in m["tokens"]]}),
+    "few_steps": lambda lg, m: (lg[:-1], m | {"tokens": m["tokens"][:-1]}),
+    "many_steps": lambda lg, m: (np.concatenate([lg, lg[-1:]]), m | {"tokens": m["tokens"] + m["tokens"][-1:]}),
+}
+HOSTILE_FILES = ("other_scenario", "pickle", "symlink_npy", "extra_scenario")  # attacks on the files
+
+
 def say(message):
     sys.stdout.write((message if isinstance(message, str) else json.dumps(message)) + "\n")
     sys.stdout.flush()
@@ -90,9 +124,17 @@ def main():
             compute_s = time.perf_counter() - started
             if MODE == "bad-field":
                 meta["prompt_ids"] = "1 2"
-            out = message["out"]
-            np.save(os.path.join(out, f"{spec['id']}.logits.npy"), logits, allow_pickle=False)
-            result = {"records_version": 1, "scenarios": {spec["id"]: meta}, "environment": {"mlx": MLX}}
+            logits, meta = HOSTILE.get(MODE, lambda lg, m: (lg, m))(logits, meta)
+            out, sid = message["out"], "chat" if MODE == "other_scenario" else spec["id"]
+            if MODE == "pickle":  # an object array: never loaded (allow_pickle=False)
+                np.save(os.path.join(out, f"{sid}.logits.npy"), np.array([logits, None], object), allow_pickle=True)
+            elif MODE == "symlink_npy":  # the logits file a link to another file
+                os.symlink("/etc/hostname", os.path.join(out, f"{sid}.logits.npy"))
+            else:
+                np.save(os.path.join(out, f"{sid}.logits.npy"), logits, allow_pickle=False)
+            result = {"records_version": 1, "scenarios": {sid: meta}, "environment": {"mlx": MLX}}
+            if MODE == "extra_scenario":  # a record the run did not ask for, beside its own
+                result["scenarios"]["intruder"] = meta
             with open(os.path.join(out, "result.json"), "w") as f:
                 json.dump(result, f)
             ran = {"op": "ran", "id": "someone-else" if MODE == "wrong-id" else message["id"]}
