@@ -92,7 +92,7 @@ def test_an_altered_venv_is_built_again_and_a_build_that_still_differs_is_refuse
 def test_this_interpreters_altered_mlx_stops_a_parity_run(venv: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.metadata
 
-    from harness.cli.core import check_own_libraries
+    from harness.oracle.installed import check_interpreter
 
     site = installed.site_packages(venv)
 
@@ -101,7 +101,7 @@ def test_this_interpreters_altered_mlx_stops_a_parity_run(venv: Path, monkeypatc
             return os.path.join(site, name)
 
     monkeypatch.setattr(importlib.metadata, "distribution", lambda name: Dist())
-    check_own_libraries()  # as installed
+    check_interpreter()  # as installed
     (site / "mlx" / "__init__.py").write_text("import os\n")
     with pytest.raises(HarnessError, match=r"this interpreter's libraries were altered .*mlx/__init__\.py"):
-        check_own_libraries()
+        check_interpreter()

@@ -14,29 +14,10 @@ def parity(args: argparse.Namespace) -> int:
     import pytest
 
     from harness.cli.select import pytest_arguments
+    from harness.oracle.installed import check_interpreter
 
-    check_own_libraries()
+    check_interpreter()  # the in-tree implementations compute with this interpreter's mlx
     return int(pytest.main(pytest_arguments(args)))
-
-
-def check_own_libraries() -> None:
-    """The in-tree implementations compute with this interpreter's mlx: its files must hash to
-    their RECORDs before any verdict (issue 51 part 2), else an error naming the file."""
-    import importlib.metadata
-    from pathlib import Path
-
-    from harness.oracle.installed import VERIFIED, record_mismatches
-
-    try:
-        site = Path(str(importlib.metadata.distribution("mlx").locate_file("")))
-    except importlib.metadata.PackageNotFoundError:
-        return  # no mlx here: nothing in-tree can run, and the runs say so
-    wrong = record_mismatches(site, VERIFIED)
-    if wrong:
-        raise HarnessError(
-            f"this interpreter's libraries were altered after install ({len(wrong)} files): {wrong[0]}; "
-            "rebuild the venv (make venv, or remove .venv and run make again)"
-        )
 
 
 def goldens(args: argparse.Namespace) -> int:

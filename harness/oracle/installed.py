@@ -5,7 +5,7 @@ installed. Each distribution whose code decides a verdict (mlx and its backend w
 mlx-whisper, mlx-optiq, openai-whisper and torch, a plug-in's pinned packages) is hashed file by file
 against the sha256 its `.dist-info/RECORD` lists, once a process, before the venv is used: a
 golden is never written, and a PASS never given, by an interpreter whose library was edited or
-corrupted in the cache. Standard library only.
+corrupted in the cache. Standard library only, and the harness's errors.
 """
 
 from __future__ import annotations
@@ -13,10 +13,13 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
+import importlib.metadata
 import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
+
+from harness.errors import HarnessError
 
 # The distributions whose code computes or decides what the gates compare.
 VERIFIED = ("mlx", "mlx-cpu", "mlx-metal", "mlx-cuda", "mlx-lm", "mlx-whisper", "mlx-optiq", "openai-whisper", "torch")
@@ -80,3 +83,18 @@ def altered(root: Path, names: tuple[str, ...]) -> list[str]:
     if not wrong:
         _VERIFIED_HERE.add(root)
     return wrong
+
+
+def check_interpreter() -> None:
+    """This interpreter's own libraries (the in-tree implementations compute with its mlx) must
+    hash to their RECORDs before any verdict, else an error naming the file."""
+    try:
+        site = Path(str(importlib.metadata.distribution("mlx").locate_file("")))
+    except importlib.metadata.PackageNotFoundError:
+        return  # no mlx here: nothing in-tree can run, and the runs say so
+    wrong = record_mismatches(site, VERIFIED)
+    if wrong:
+        raise HarnessError(
+            f"this interpreter's libraries were altered after install ({len(wrong)} files): {wrong[0]}; "
+            "rebuild the venv (make venv, or remove .venv and run make again)"
+        )

@@ -9,6 +9,7 @@ import platform
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from harness.errors import OracleError, OracleVersionError
 from harness.oracle.descriptor import descriptor, oracle_family, variant_pins_path
@@ -60,18 +61,25 @@ def normalized_pins(pins: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def pinned_mlx(pins: str) -> list[str]:
-    """The exact mlx versions the pins install on this platform (markers evaluated)."""
+def parse_requirements(pins: str) -> list[Any]:
+    """The pins' requirement lines as packaging Requirements (option lines, paths and URLs left out)."""
     from packaging.requirements import InvalidRequirement, Requirement
 
-    versions = []
+    out = []
     for line in normalized_pins(pins).splitlines():
         if line.startswith("-") or line == NODEPS_MARKER:
             continue
         try:
-            req = Requirement(line)
+            out.append(Requirement(line))
         except InvalidRequirement:
             continue
+    return out
+
+
+def pinned_mlx(pins: str) -> list[str]:
+    """The exact mlx versions the pins install on this platform (markers evaluated)."""
+    versions = []
+    for req in parse_requirements(pins):
         if req.name.lower() in ("mlx", "mlx-cpu", "mlx-metal", "mlx-cuda") and (
             req.marker is None or req.marker.evaluate()
         ):

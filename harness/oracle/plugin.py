@@ -20,7 +20,7 @@ from harness.errors import OracleVersionError, ProfileError
 from harness.fileio import atomic_write_bytes
 from harness.implementations import Plugin
 from harness.oracle.installed import VERIFIED
-from harness.oracle.pins import pinned_mlx, pins_hash, project_mlx
+from harness.oracle.pins import parse_requirements, pinned_mlx, pins_hash, project_mlx
 from harness.oracle.process import start_process
 from harness.oracle.streams import LineTooLong, file_tail, read_line
 from harness.oracle.venvs import OracleEnv, Pins, ensure_built
@@ -158,27 +158,14 @@ def ensure_plugin_env(label: str, requirements: list[str], mlx: str | None) -> O
 
     with clock.phase("venv"):
         pinned = Pins(root.with_name(root.name + ".requirements.txt"), cwd=REPO_ROOT)
-        return ensure_built(env, check, pinned, "implementation venv", (*VERIFIED, *requirement_names(pins)))
+        names = [req.name for req in parse_requirements(pins)]  # the implementation itself among them
+        return ensure_built(env, check, pinned, "implementation venv", (*VERIFIED, *names))
 
 
 def plugin_pins(label: str, requirements: list[str]) -> tuple[str, str]:
     """What a plugin's venv is built from (its requirement lines, `-r FILE` read in) and their hash."""
     pins = "\n".join(expand(requirements, label)) + "\n"
     return pins, pins_hash(pins)
-
-
-def requirement_names(pins: str) -> list[str]:
-    """The distributions a plug-in's pins name (the implementation itself among them): each is
-    hashed against its RECORD before the venv is used (harness/oracle/installed.py)."""
-    from packaging.requirements import InvalidRequirement, Requirement
-
-    names = []
-    for line in pins.splitlines():
-        try:
-            names.append(Requirement(line.strip()).name)
-        except InvalidRequirement:  # an option line, a path or URL: nothing named to check
-            continue
-    return names
 
 
 # pip's spellings of a requirements include (-r FILE, -rFILE, --requirement=FILE) and a constraints file
