@@ -327,9 +327,10 @@ class _Collector:
     def _finish(self, session: pytest.Session) -> None:
         config = session.config
         if config.option.collectonly:  # nothing ran, nothing is judged: no rows, no report
-            terminal = config.pluginmanager.get_plugin("terminalreporter")  # a profile that failed to collect:
-            for nodeid, row in self.rows.items() if terminal is not None else ():  # says why (L15)
-                terminal.write_line(f"error: {nodeid}: {row.summary}")
+            terminal = config.pluginmanager.get_plugin("terminalreporter")
+            if terminal is not None:  # but a profile that failed to collect says why (L15)
+                for nodeid, row in self.rows.items():
+                    terminal.write_line(f"error: {nodeid}: {row.summary}")
             return
         for nodeid in self.expected:
             if nodeid in self.rows:
