@@ -40,7 +40,7 @@ from models.vad import (
     speech_clip_timestamps,
     speech_segments,
 )
-from models.vad.convert import read_torchscript_tree
+from models.vad.convert import convert_silero_jit, read_torchscript_tree
 from models.vad.load import check_weights
 from models.vad.model import CONTEXT_SAMPLES, HOP, N_FFT, REFLECT_PAD, _conv1d
 from tests.conftest import parity_env
@@ -54,18 +54,18 @@ def profile():
 
 
 @pytest.fixture(scope="module")
-def weights_dir(profile):
+def jit_path(profile):
     return resolve_vad_weights(profile)
 
 
 @pytest.fixture(scope="module")
-def weights(weights_dir):
-    return mx.load(str(weights_dir / "weights.safetensors"))
+def weights(jit_path):
+    return {k: mx.array(v) for k, v in convert_silero_jit(jit_path).items()}
 
 
 @pytest.fixture(scope="module")
-def model(weights_dir):
-    return load_model(weights_dir)
+def model(jit_path):
+    return load_model(jit_path)
 
 
 @pytest.fixture(scope="module")
@@ -388,7 +388,7 @@ def test_every_fixture_passes_through_make_parity_in_its_own_process(profile, tm
 def test_a_perturbed_vad_fails_through_make_parity(weights, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import models.vad
 
-    monkeypatch.setattr(models.vad, "load_model", lambda weights_dir: GatesSwapped(weights))
+    monkeypatch.setattr(models.vad, "load_model", lambda jit_path: GatesSwapped(weights))
     code, report = _vad_parity(tmp_path, "-k", "fox.wav")
     outcome = {r["check"]: r["outcome"] for r in report["results"]}
     assert code == 1 and report["verdict"] == "FAIL"

@@ -1,6 +1,6 @@
 """Silero VAD (v6, 16 kHz) in MLX: the silero-vad package's model and its speech timestamps.
 
-    model = load_model(".cache/artifacts/silero-vad-.../")   # or the package's silero_vad.jit
+    model = load_model("silero_vad.jit")   # the package's file, or a weights.safetensors
     audio = read_wav("clip.wav")                               # 16 kHz mono float32
     probs = model.probabilities(audio)                         # one per 512 samples (batch)
     segments = get_speech_timestamps(audio, model)             # [SpeechSegment(start, end), ...]

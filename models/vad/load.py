@@ -1,4 +1,5 @@
-"""Load Silero VAD weights: converted safetensors (the cached form) or the package's .jit.
+"""Load Silero VAD weights: the package's .jit (what the gates load, read without torch) or a
+safetensors file of the same tensors.
 
 Strict: every tensor the graph reads must be present with its exact shape and float32,
 and nothing unknown may be left over (a misnamed tensor is an error, never a silently
@@ -33,15 +34,6 @@ def check_weights(weights: dict[str, mx.array], source: Path) -> None:
         problems.append(f"unknown tensors {unknown}")
     if problems:
         raise ValueError(f"{source}: not Silero VAD v6 16 kHz weights:\n  " + "\n  ".join(problems))
-
-
-def save_converted(jit_path: Path, out_dir: Path) -> Path:
-    """Convert the package's silero_vad.jit into `out_dir/weights.safetensors`."""
-    weights = {k: mx.array(v) for k, v in convert_silero_jit(jit_path).items()}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / WEIGHTS_FILE
-    mx.save_safetensors(str(path), weights, metadata={"source": Path(jit_path).name, "format": "silero-vad-16k"})
-    return path
 
 
 def load_model(path: str | Path) -> SileroVAD:
