@@ -57,8 +57,6 @@ def batch_greedy_steps(
     """
     _check_arguments(model, prompts, n_tokens, prefill_step_size, forced_tokens, prefill_batch_size)
     completion_batch_size = max(completion_batch_size, prefill_batch_size)  # as BatchGenerator does
-    if len(prompts) > completion_batch_size:
-        raise ValueError(f"completion_batch_size: {completion_batch_size} is below the {len(prompts)} prompts")
     n_rows = len(prompts)
     with mx.stream(generation_stream):
         cache = [BatchKVCache([0] * n_rows) for _ in model.layers]

@@ -24,6 +24,7 @@ import numpy as np
 import tokenizers
 
 from harness.artifacts.family import detect_family
+from harness.artifacts.twins.llama_rope import LLAMA_ROPE_TWINS
 from harness.artifacts.twins.llama_spm import LLAMA_SPM_TWINS
 from harness.artifacts.twins.minicpm5 import (
     MINICPM5_2B,
@@ -56,6 +57,7 @@ TWINS: dict[str, TwinSpec | WhisperTwinSpec] = {
         MINICPM5_2B_MINI_FLOAT,
         *WHISPER_TWINS,
         *LLAMA_SPM_TWINS,
+        *LLAMA_ROPE_TWINS,
     )
 }
 

@@ -77,6 +77,16 @@ class TwinSpec:
     eos_token_ids: tuple[int, ...]
     write: Callable[[TwinSpec, Path], None]
     float_dtype: str = "float32"  # scales, biases and norms (and so the activations)
+    # config.json's rope_scaling as (key, value) pairs (a list value as a tuple), and its
+    # max_position_embeddings where the twin's writer default is not wanted (the rope twins).
+    rope_scaling: tuple[tuple[str, Any], ...] = ()
+    max_positions: int | None = None
+
+    def rope_scaling_config(self) -> dict[str, Any] | None:
+        """rope_scaling as config.json has it (None when unset)."""
+        if not self.rope_scaling:
+            return None
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.rope_scaling}
 
     def config_summary(self) -> dict[str, Any]:
         return {
@@ -86,4 +96,8 @@ class TwinSpec:
             "quantization": self.quantization.as_config() if self.quantization else None,
             "eos_token_ids": list(self.eos_token_ids),
             "num_shards": self.num_shards,
-        } | ({"float_dtype": self.float_dtype} if self.float_dtype != "float32" else {})
+        } | (
+            ({"float_dtype": self.float_dtype} if self.float_dtype != "float32" else {})
+            | ({"rope_scaling": self.rope_scaling_config()} if self.rope_scaling else {})
+            | ({"max_position_embeddings": self.max_positions} if self.max_positions else {})
+        )
