@@ -202,28 +202,28 @@ def _is_int(value: Any) -> bool:
 
 
 def _check_types(values: dict[str, Any]) -> None:
-    def fail(key: str, expected: str) -> None:
-        raise ConfigError(f"config.{key}: expected {expected}, got {values[key]!r}")
+    def expected(key: str, what: str) -> ConfigError:
+        return ConfigError(f"config.{key}: expected {what}, got {values[key]!r}")
 
     if not isinstance(values["model_type"], str):
-        fail("model_type", "a string")
+        raise expected("model_type", "a string")
     for key in _INT_KEYS:
         if not _is_int(values[key]):
-            fail(key, "an integer")
+            raise expected(key, "an integer")
     for key in _OPTIONAL_INT_KEYS:
         if values.get(key) is not None and not _is_int(values[key]):
-            fail(key, "an integer or null")
+            raise expected(key, "an integer or null")
     for key in _FLOAT_KEYS:
         if key in values and (not isinstance(values[key], (int, float)) or isinstance(values[key], bool)):
-            fail(key, "a number")
+            raise expected(key, "a number")
     for key in _BOOL_KEYS:
         if key in values and not isinstance(values[key], bool):
-            fail(key, "true or false")
+            raise expected(key, "true or false")
     if values.get("rope_scaling") is not None and not isinstance(values["rope_scaling"], dict):
-        fail("rope_scaling", "an object or null")
+        raise expected("rope_scaling", "an object or null")
     eos = values.get("eos_token_id")
     if eos is not None and not _is_int(eos) and not (isinstance(eos, list) and all(_is_int(i) for i in eos)):
-        fail("eos_token_id", "an integer, a list of integers or null")
+        raise expected("eos_token_id", "an integer, a list of integers or null")
 
 
 def _parse_spec(where: str, raw: dict[str, Any]) -> QuantSpec:
