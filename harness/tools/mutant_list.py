@@ -7,6 +7,7 @@ from __future__ import annotations
 from harness.tools import mutant_faults as fault
 from harness.tools.mutant_faults import Mutant
 from harness.tools.mutant_faults_rope import ROPE_MUTANTS
+from harness.tools.mutant_faults_tokens import TOKEN_MUTANTS
 from harness.tools.mutant_faults_streams import STREAM_MUTANTS
 from harness.tools.mutant_faults_text import TEXT_MUTANTS
 from harness.tools.mutant_faults_whisper import WHISPER_MUTANTS
@@ -275,3 +276,4 @@ MUTANTS += TEXT_MUTANTS  # the detokenizer's flush and the response split (issue
 MUTANTS += WHISPER_MUTANTS  # word timing's pause rule and the writers' millisecond rounding (issue 31)
 MUTANTS += STREAM_MUTANTS  # the SentencePiece and decode-based streams, on the llama-* twins (issue 31)
 MUTANTS += ROPE_MUTANTS  # one slip per rope type, each on its rope twin (issue 53)
+MUTANTS += TOKEN_MUTANTS  # the legacy special-token layout, on llama-legacy-tokens-mini (issue 53)

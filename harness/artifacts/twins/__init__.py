@@ -24,6 +24,7 @@ import numpy as np
 import tokenizers
 
 from harness.artifacts.family import detect_family
+from harness.artifacts.twins.llama_legacy import LLAMA_LEGACY_TOKENS_MINI
 from harness.artifacts.twins.llama_rope import LLAMA_ROPE_TWINS
 from harness.artifacts.twins.llama_spm import LLAMA_SPM_TWINS
 from harness.artifacts.twins.minicpm5 import (
@@ -58,6 +59,7 @@ TWINS: dict[str, TwinSpec | WhisperTwinSpec] = {
         *WHISPER_TWINS,
         *LLAMA_SPM_TWINS,
         *LLAMA_ROPE_TWINS,
+        LLAMA_LEGACY_TOKENS_MINI,
     )
 }
 
