@@ -7,9 +7,9 @@ from __future__ import annotations
 from harness.tools import mutant_faults as fault
 from harness.tools.mutant_faults import Mutant
 from harness.tools.mutant_faults_rope import ROPE_MUTANTS
-from harness.tools.mutant_faults_tokens import TOKEN_MUTANTS
 from harness.tools.mutant_faults_streams import STREAM_MUTANTS
 from harness.tools.mutant_faults_text import TEXT_MUTANTS
+from harness.tools.mutant_faults_tokens import TOKEN_MUTANTS
 from harness.tools.mutant_faults_whisper import WHISPER_MUTANTS
 
 # The half-precision twins of the mini MiniCPM5 and of Whisper large-v3-turbo, per mutant.
