@@ -87,6 +87,8 @@ def test_bad_mutation_yaml_is_named(tmp_path: Path) -> None:
     (tmp_path / "m.py").write_text("x = 1\n")
     for text, expected in (
         ("targets: {m.py: {parity: {k: x}}}\n", "expected {model: NAME"),
+        ("targets: {m.py: {parity: [{model: a}, {model: b, k: 3}]}}\n", "parity.1..k: expected a -k"),
+        ("targets: {m.py: {parity: []}}\n", "parity: expected a selection or a non-empty list"),
         ("targets: {nope.py: {tests: [m.py]}}\n", "expected a Python module"),
         ("targets: {m.py: {tests: [t.py]}}\n", "no such test file: t.py"),
         (
@@ -97,6 +99,10 @@ def test_bad_mutation_yaml_is_named(tmp_path: Path) -> None:
         path.write_text(text)
         with pytest.raises(MutationConfigError, match=expected.replace("{", r"\{").replace("(", r"\(")):
             load(path, tmp_path)
+    path.write_text("targets: {m.py: {parity: [{model: a}, {model: b, k: long}]}}\n")
+    commands = load(path, tmp_path).targets["m.py"].commands("py")
+    assert commands == [["py", "-m", "harness", "parity", "--model", "a", "-x"],
+                        ["py", "-m", "harness", "parity", "--model", "b", "-k", "long", "-x"]]  # fmt: skip
     args = argparse.Namespace(config=path, module=["other.py"], out=tmp_path / "out", list=False)
     path.write_text("targets: {m.py: {tests: [m.py]}}\n")
     assert mutate_cli(args) == 2 and not (tmp_path / "out").exists()

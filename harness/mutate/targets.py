@@ -5,6 +5,10 @@ survivors already triaged (docs/mutants.md).
       models/universal/rotating_cache.py:       # a module, relative to the repo
         parity: {model: minicpm5-2b-mini, k: rotating}   # python -m harness parity --model M -k K -x
         tests: [tests/test_compare.py]           # python -m pytest -x these files (either or both)
+      models/universal/rope.py:
+        parity:                                  # or a list of selections, run in order
+          - {model: llama-rope-yarn-mini}
+          - {model: llama-rope-llama3-mini, k: long-chat}
     triaged:
       - module: models/universal/rotating_cache.py
         mutant: core/NumberReplacer#3            # the id `make mutate` prints: operator#occurrence
@@ -35,8 +39,7 @@ class MutationConfigError(HarnessError):
 @dataclass(frozen=True)
 class Target:
     module: str  # repo-relative path of the mutated module
-    parity_model: str | None = None
-    parity_k: str | None = None
+    parity: tuple[tuple[str, str | None], ...] = ()  # (model, -k expression or None), in order
     tests: tuple[str, ...] = ()
 
     @property
@@ -45,13 +48,13 @@ class Target:
 
     def commands(self, python: str) -> list[list[str]]:
         """The runs that judge one mutant, in order, the test files (seconds) before the parity
-        selection (a minute); the first that fails kills it."""
+        selections (a minute each); the first that fails kills it."""
         out = []
         if self.tests:
             out.append([python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *self.tests])
-        if self.parity_model is not None:
-            run = [python, "-m", "harness", "parity", "--model", self.parity_model]
-            out.append(run + (["-k", self.parity_k] if self.parity_k else []) + ["-x"])
+        for model, k in self.parity:
+            run = [python, "-m", "harness", "parity", "--model", model]
+            out.append(run + (["-k", k] if k else []) + ["-x"])
         return out
 
 
@@ -94,19 +97,28 @@ def _target(module: str, entry: Any, root: Path, where: str) -> Target:
         raise MutationConfigError(f"{where}: expected a mapping with parity and/or tests, got {entry!r}")
     if not module.endswith(".py") or not (root / module).is_file():
         raise MutationConfigError(f"{where}: {module}: expected a Python module of this repository")
-    model = k = None
+    parity = []
     if "parity" in entry:
-        parity = entry["parity"]
-        if not isinstance(parity, dict) or set(parity) - {"model", "k"} or not isinstance(parity.get("model"), str):
-            raise MutationConfigError(f"{where}.parity: expected {{model: NAME, k: EXPRESSION}}, got {parity!r}")
-        model, k = parity["model"], parity.get("k")
-        if k is not None and not isinstance(k, str):
-            raise MutationConfigError(f"{where}.parity.k: expected a -k expression, got {k!r}")
+        selections = entry["parity"] if isinstance(entry["parity"], list) else [entry["parity"]]
+        for i, selection in enumerate(selections):
+            at = f"{where}.parity" + (f"[{i}]" if isinstance(entry["parity"], list) else "")
+            if (
+                not isinstance(selection, dict)
+                or set(selection) - {"model", "k"}
+                or not isinstance(selection.get("model"), str)
+            ):
+                raise MutationConfigError(f"{at}: expected {{model: NAME, k: EXPRESSION}}, got {selection!r}")
+            k = selection.get("k")
+            if k is not None and not isinstance(k, str):
+                raise MutationConfigError(f"{at}.k: expected a -k expression, got {k!r}")
+            parity.append((selection["model"], k))
+        if not parity:
+            raise MutationConfigError(f"{where}.parity: expected a selection or a non-empty list of them")
     tests = _strings(entry["tests"], f"{where}.tests") if "tests" in entry else ()
     missing = [t for t in tests if not (root / t.partition("::")[0]).is_file()]
     if missing:
         raise MutationConfigError(f"{where}.tests: no such test file: {', '.join(missing)}")
-    return Target(module, model, k, tests)
+    return Target(module, tuple(parity), tests)
 
 
 def _triage(entry: Any, where: str) -> Triage:
