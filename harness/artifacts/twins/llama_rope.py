@@ -5,10 +5,12 @@ The universal Llama implements every rope type mlx-lm's `initialize_rope` gives 
 no gated profile used any but the default, so a fault in any of them shipped (issue 53's branch
 coverage named them). Each twin's numbers put every part of its rope to work within a short chat:
 positions past the original context (dynamic's base grows per step past 32 positions), Llama 3's
-three frequency bands (wavelengths below 16, between 16 and 64, above 64), YaRN's ramp between
-its correction dims and an mscale ratio that scales the input (mscale_all_dim != mscale), and
-LongRoPE's per-frequency long factors with its mscale (128 / 32 positions). YaRN's is spelled
-with the legacy `type` key, the rest with `rope_type`, as checkpoints have both.
+three frequency bands (at its default 8192-position context: wavelengths below 2048, between 2048
+and 8192, above 8192), YaRN's ramp between its correction dims (10 and 23 at its defaults) and an
+mscale ratio below 1 that scales the input, and LongRoPE's per-frequency long factors with its
+mscale (128 / 32 positions). Llama 3 and YaRN leave their optional keys out, so the defaults are
+judged too (a mutation run found them unjudged while the twins spelled every key). YaRN's is
+spelled with the legacy `type` key, the rest with `rope_type`, as checkpoints have both.
 """
 
 from __future__ import annotations
@@ -27,28 +29,15 @@ _ROPES: dict[str, tuple[tuple[tuple[str, object], ...], int | None, str]] = {
         "dynamic NTK, factor 2 over 32 positions: the base grows with every position past 32",
     ),
     "llama3": (
-        (
-            ("factor", 8.0),
-            ("high_freq_factor", 4.0),
-            ("low_freq_factor", 1.0),
-            ("original_max_position_embeddings", 64),
-            ("rope_type", "llama3"),
-        ),
+        (("factor", 8.0), ("rope_type", "llama3")),
         None,
-        "Llama 3.1's bands over a 64-position original context, factor 8",
+        "Llama 3.1's bands at their defaults (8192 positions, factors 1 and 4), factor 8",
     ),
     "yarn": (
-        (
-            ("beta_fast", 32),
-            ("beta_slow", 1),
-            ("factor", 4.0),
-            ("mscale", 1.0),
-            ("mscale_all_dim", 0.5),
-            ("original_max_position_embeddings", 32),
-            ("type", "yarn"),
-        ),
+        (("factor", 4.0), ("mscale_all_dim", 2.0), ("type", "yarn")),
         None,
-        "YaRN, factor 4 over 32 positions, input scaled by the mscale ratio",
+        "YaRN at its defaults (4096 positions, betas 32 and 1, mscale 1), factor 4, input scaled by "
+        "the mscale ratio (below 1: mscale_all_dim 2)",
     ),
     "longrope": (
         (
