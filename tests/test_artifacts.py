@@ -270,3 +270,22 @@ def test_require_real_refuses_the_twin_fallback(tmp_path: Path) -> None:
     assert out.returncode == 2, out.stdout + out.stderr
     assert "MLX_PARITY_REQUIRE_REAL=1: the real artifact is required" in out.stderr
     assert not (tmp_path / "c" / "hf-twins").exists()  # no twin was built
+
+
+def test_a_cached_twin_of_another_spec_is_built_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A twin whose spec changed (config, seed, generator) without a TWIN_VERSION bump is not served
+    from the cache: its `.complete` records what it was built from (a rope twin edited in issue 53
+    kept its old config.json, and goldens were made from it until this check)."""
+    from harness.profile.load import find_profile
+
+    monkeypatch.setenv("MLX_PARITY_CACHE", str(tmp_path / "cache"))
+    profile = find_profile("llama-rope-linear-mini")
+    first = resolve_artifact(profile).model_dir
+    marker = next((tmp_path / "cache" / "hf-twins").glob("*/models--*/.complete"))
+    built = json.loads(marker.read_text())
+    stamp = (first / "config.json").stat().st_mtime_ns
+    assert resolve_artifact(profile).model_dir == first and (first / "config.json").stat().st_mtime_ns == stamp
+    marker.write_text(json.dumps({**built, "config": {**built["config"], "rope_scaling": None}}) + "\n")
+    again = resolve_artifact(profile).model_dir
+    assert json.loads(marker.read_text()) == built
+    assert json.loads((again / "config.json").read_text())["rope_scaling"] == {"factor": 2.0, "rope_type": "linear"}

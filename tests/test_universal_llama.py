@@ -168,6 +168,8 @@ def test_config_records_unknown_keys_and_uses_mlx_lm_defaults() -> None:
         ({"model_type": "qwen2"}, "model_type"),
         ({"rope_scaling": {"rope_type": "mrope"}}, "rope_type"),
         ({"rope_scaling": {"rope_type": "llama3"}}, "rope_scaling.factor"),
+        # transformers 5 refuses it too, so the oracle cannot load such a checkpoint (issue 53)
+        ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0}}, "high_freq_factor"),
         ({"layer_types": ["full_attention", "sliding_attention"]}, "layer_types"),
         ({"quantization": {"group_size": 32, "bits": 4, "model.norm": 7}}, "model.norm"),
         ({"quantization": {"group_size": 48, "bits": 4}}, "group_size"),

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
+
 from harness import settings
 from harness.artifacts.files import (
     build_once,
@@ -216,8 +218,27 @@ def _seed_twin(spec: ArtifactSpec) -> tuple[Path, dict[str, Any]]:
         (repo_dir / "refs" / "main").write_text(spec.revision)
         (repo_dir / ".complete").write_text(json.dumps(identity) + "\n")
 
+    _forget_other_spec(repo_dir, identity, spec.twin)
     build_once(repo_dir, snapshot, f"twin {spec.twin}", f"twin-{spec.twin}", build)
     return cache, identity
+
+
+def _forget_other_spec(repo_dir: Path, identity: dict[str, Any], twin: str) -> None:
+    """A cached twin built from another spec (its config, seed or generator versions changed
+    since, without a TWIN_VERSION bump) is built again: its `.complete` records what it was
+    built from, and intact files of the wrong twin are still the wrong twin."""
+    marker = repo_dir / ".complete"
+    if not marker.is_file():
+        return
+    (cache_root() / "locks").mkdir(parents=True, exist_ok=True)
+    with FileLock(str(cache_root() / "locks" / f"twin-{twin}.lock")):
+        try:
+            recorded = json.loads(marker.read_text())
+        except (OSError, ValueError):
+            recorded = None
+        if recorded != json.loads(json.dumps(identity)):
+            progress.say(f"twin {twin}: the cached build is of another spec: building it again")
+            marker.unlink(missing_ok=True)
 
 
 @functools.cache

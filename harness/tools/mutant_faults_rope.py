@@ -53,7 +53,7 @@ def llama3_blend_inverted() -> contextlib.AbstractContextManager[None]:
     import models.universal.rope as rope
 
     def llama3_freqs(dims: int, base: float, scaling: dict[str, Any]) -> Any:
-        factor, low, high = scaling["factor"], scaling.get("low_freq_factor", 1.0), scaling.get("high_freq_factor", 4.0)
+        factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
         old = scaling.get("original_max_position_embeddings", 8192)
         freqs = base ** (mx.arange(0, dims, 2) / dims)
         wavelens = 2 * mx.pi * freqs

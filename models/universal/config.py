@@ -26,7 +26,8 @@ ROPE_REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
     "default": (),
     "linear": ("factor",),
     "dynamic": ("factor",),
-    "llama3": ("factor",),
+    # transformers 5 (which loads the oracle's config) refuses a llama3 rope without both band factors.
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor"),
     "yarn": ("factor",),
     "longrope": ("original_max_position_embeddings", "short_factor", "long_factor"),
 }

@@ -74,8 +74,8 @@ class DynamicNTKRoPE(nn.Module):
 def llama3_freqs(dims: int, base: float, scaling: dict[str, Any]) -> mx.array:
     """Llama 3.1's frequency table: stretch low frequencies, blend the middle band."""
     factor = scaling["factor"]
-    low_freq_factor = scaling.get("low_freq_factor", 1.0)
-    high_freq_factor = scaling.get("high_freq_factor", 4.0)
+    low_freq_factor = scaling["low_freq_factor"]  # required (config.py: as transformers 5 requires them)
+    high_freq_factor = scaling["high_freq_factor"]
     old_context = scaling.get("original_max_position_embeddings", 8192)
     low_freq_wavelen = old_context / low_freq_factor
     high_freq_wavelen = old_context / high_freq_factor

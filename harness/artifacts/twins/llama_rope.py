@@ -9,7 +9,9 @@ three frequency bands (at its default 8192-position context: wavelengths below 2
 and 8192, above 8192), YaRN's ramp between its correction dims (10 and 23 at its defaults) and an
 mscale ratio below 1 that scales the input, and LongRoPE's per-frequency long factors with its
 mscale (128 / 32 positions). Llama 3 and YaRN leave their optional keys out, so the defaults are
-judged too (a mutation run found them unjudged while the twins spelled every key). YaRN's is
+judged too (a mutation run found them unjudged while the twins spelled every key); Llama 3's band
+factors are not optional: transformers 5, which loads the oracle's config, refuses a llama3 rope
+without them, and so does the in-tree config since. YaRN's is
 spelled with the legacy `type` key, the rest with `rope_type`, as checkpoints have both.
 """
 
@@ -29,9 +31,9 @@ _ROPES: dict[str, tuple[tuple[tuple[str, object], ...], int | None, str]] = {
         "dynamic NTK, factor 2 over 32 positions: the base grows with every position past 32",
     ),
     "llama3": (
-        (("factor", 8.0), ("rope_type", "llama3")),
+        (("factor", 8.0), ("high_freq_factor", 4.0), ("low_freq_factor", 1.0), ("rope_type", "llama3")),
         None,
-        "Llama 3.1's bands at their defaults (8192 positions, factors 1 and 4), factor 8",
+        "Llama 3.1's bands (factors 1 and 4) over the default 8192-position context, factor 8",
     ),
     "yarn": (
         (("factor", 4.0), ("mscale_all_dim", 2.0), ("type", "yarn")),
