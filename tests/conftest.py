@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -49,6 +52,31 @@ def parity_env() -> dict[str, str]:
     if "MLX_PARITY_COVERAGE" in os.environ:
         env["MLX_PARITY_COVERAGE"] = os.environ["MLX_PARITY_COVERAGE"]
     return env
+
+
+def parity_passes_every_check(model: str, tmp_path: Path) -> str:
+    """Run `python -m harness parity --model MODEL` as a user does (a child, parity_env) and assert
+    it passes with every check its profile declares for each scenario run and passed; its stdout."""
+    from harness.paths import REPO_ROOT
+    from harness.profile.load import find_profile
+
+    report_path = tmp_path / "report.json"
+    out = subprocess.run(
+        [sys.executable, "-m", "harness", "parity", "--model", model, "--report", str(report_path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env=parity_env(),
+        timeout=900,
+    )
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    report = json.loads(report_path.read_text())
+    assert report["verdict"] == "PASS"
+    profile = find_profile(model)
+    for scenario in profile.scenarios:
+        checks = {r["check"]: r["outcome"] for r in report["results"] if r["scenario"] == scenario.id}
+        assert checks == dict.fromkeys(profile.checks(scenario), "passed"), scenario.id
+    return out.stdout
 
 
 def write_profile(root: Path, name: str = "tiny", text: str | None = None) -> Path:

@@ -14,16 +14,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from harness.artifacts.twins import build_twin
-from harness.paths import REPO_ROOT
 from harness.profile.load import find_profile
 from harness.tools.mutant_faults_streams import SPM, SPM_KEEP_SPACE, STREAM_MUTANTS, UNIGRAM
-from tests.conftest import parity_env
+from tests.conftest import parity_passes_every_check
 
 # model -> (mlx-lm's detokenizer class, its trim_space; the in-tree stream class, its trim_first_space)
 PICKS = {
@@ -75,25 +73,8 @@ def test_the_oracle_and_the_in_tree_side_pick_corresponding_streams(model: str) 
 
 @pytest.mark.parametrize("model", _models())
 def test_make_parity_passes_and_walks_the_finalize_flush(model: str, tmp_path: Path) -> None:
-    report_path = tmp_path / "report.json"
-    env = parity_env()
-    out = subprocess.run(
-        [sys.executable, "-m", "harness", "parity", "--model", model, "--report", str(report_path)],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        env=env,
-        timeout=900,
-    )
-    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
-    report = json.loads(report_path.read_text())
-    assert report["verdict"] == "PASS"
-    profile = find_profile(model)
-    results = report["results"]
-    for scenario in profile.scenarios:
-        checks = {r["check"]: r["outcome"] for r in results if r["scenario"] == scenario.id}
-        assert checks == dict.fromkeys(profile.checks(scenario), "passed"), scenario.id
-    assert f"exercise {model} detokenize: finalize() flushes held text: multibyte-held-end" in out.stdout
+    stdout = parity_passes_every_check(model, tmp_path)
+    assert f"exercise {model} detokenize: finalize() flushes held text: multibyte-held-end" in stdout
 
 
 @pytest.mark.parametrize(

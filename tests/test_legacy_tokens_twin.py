@@ -10,38 +10,20 @@ harness/tools/mutant_faults_tokens.py is killed on markers-in-text."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from harness.paths import REPO_ROOT
 from harness.profile.load import find_profile
 from harness.tools.mutant_faults_tokens import TOKEN_MUTANTS
-from tests.conftest import parity_env
+from tests.conftest import parity_passes_every_check
 
 MODEL = "llama-legacy-tokens-mini"
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(MODEL)]
 
 
 def test_make_parity_passes_with_every_check_run(tmp_path: Path) -> None:
-    report_path = tmp_path / "report.json"
-    out = subprocess.run(
-        [sys.executable, "-m", "harness", "parity", "--model", MODEL, "--report", str(report_path)],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        env=parity_env(),
-        timeout=900,
-    )
-    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
-    report = json.loads(report_path.read_text())
-    profile = find_profile(MODEL)
-    for scenario in profile.scenarios:
-        checks = {r["check"]: r["outcome"] for r in report["results"] if r["scenario"] == scenario.id}
-        assert checks == dict.fromkeys(profile.checks(scenario), "passed"), scenario.id
+    parity_passes_every_check(MODEL, tmp_path)
 
 
 def test_the_extra_tokens_are_one_id_each_and_the_additional_ones_stay_text() -> None:

@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from harness.artifacts.twins import build_twin
-from harness.paths import REPO_ROOT
 from harness.profile.load import find_profile
 from harness.tools.mutant_faults_rope import ROPE_MUTANTS
-from tests.conftest import parity_env
+from tests.conftest import parity_passes_every_check
 
 # model -> (mlx-lm's rope class, the in-tree one, its input scale is applied)
 PICKS = {
@@ -74,22 +72,7 @@ def test_the_oracle_and_the_in_tree_model_build_that_types_rope(model: str) -> N
 
 @pytest.mark.parametrize("model", _models())
 def test_make_parity_passes_with_every_check_run(model: str, tmp_path: Path) -> None:
-    report_path = tmp_path / "report.json"
-    out = subprocess.run(
-        [sys.executable, "-m", "harness", "parity", "--model", model, "--report", str(report_path)],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        env=parity_env(),
-        timeout=900,
-    )
-    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
-    report = json.loads(report_path.read_text())
-    assert report["verdict"] == "PASS"
-    profile = find_profile(model)
-    for scenario in profile.scenarios:
-        checks = {r["check"]: r["outcome"] for r in report["results"] if r["scenario"] == scenario.id}
-        assert checks == dict.fromkeys(profile.checks(scenario), "passed"), scenario.id
+    parity_passes_every_check(model, tmp_path)
 
 
 @pytest.mark.parametrize(
