@@ -56,6 +56,8 @@ REQUIRED_SCENARIOS = {
         "spec-twin-k2",  # draft-model speculative decoding: every draft rejected
         "spec-self-k5",  # ... and every draft accepted
         "spec-requant-k3",  # ... and some drafts of a step accepted (issue 31: the draft cache's rewind)
+        "l2-rotating-quantized-kv-chunked",  # issue 53: multi-token writes into a full quantized ring
+        "l2-rotating-quantized-kv-short",  # ... and its growth after a short prompt
     },
     "whisper-tiny-en": {
         "fox-greedy",

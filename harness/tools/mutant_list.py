@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from harness.tools import mutant_faults as fault
 from harness.tools.mutant_faults import Mutant
+from harness.tools.mutant_faults_l2 import L2_CACHE_MUTANTS
 from harness.tools.mutant_faults_rope import ROPE_MUTANTS
 from harness.tools.mutant_faults_streams import STREAM_MUTANTS
 from harness.tools.mutant_faults_text import TEXT_MUTANTS
@@ -277,3 +278,4 @@ MUTANTS += WHISPER_MUTANTS  # word timing's pause rule and the writers' millisec
 MUTANTS += STREAM_MUTANTS  # the SentencePiece and decode-based streams, on the llama-* twins (issue 31)
 MUTANTS += ROPE_MUTANTS  # one slip per rope type, each on its rope twin (issue 53)
 MUTANTS += TOKEN_MUTANTS  # the legacy special-token layout, on llama-legacy-tokens-mini (issue 53)
+MUTANTS += L2_CACHE_MUTANTS  # the rotating quantized KV cache's chunked writes and growth (issue 53)

@@ -1,0 +1,66 @@
+"""Faults of `make mutants` in the L2 rotating quantized KV cache (issue 53): the multi-token
+write into a full ring and the ring's growth at the first decode step after a short prompt
+(models/universal/composed/caches.py), paths that l2-rotating-quantized-kv (one prefill write of
+a prompt longer than the window) never walked; branch coverage named them. Each passes that
+scenario and is killed by the scenario added for it."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from harness.tools.mutant_faults import Mutant, _setattr
+
+
+def append_first() -> contextlib.AbstractContextManager[None]:
+    """A multi-token write (a prefill chunk after the first) puts its new positions before the
+    positions already in the ring instead of after them."""
+    import mlx.core as mx
+
+    from models.universal.composed.caches import RotatingQuantizedKVCache
+
+    def _trim(self: Any, trim_size: int, v: Any, append: Any = None) -> Any:
+        if trim_size > 0:
+            parts = [[x[..., : self.keep, :] for x in v], [x[..., trim_size + self.keep :, :] for x in v]]
+        else:
+            parts = [v]
+        if append is not None:
+            parts.insert(0, append)  # the fault: parts.append(append) in-tree
+        if len(parts) == 1:
+            return parts[0]
+        return [mx.concatenate(arrays, axis=2) for arrays in zip(*parts, strict=True)]
+
+    return _setattr(RotatingQuantizedKVCache, "_trim", _trim)
+
+
+def growth_prepended() -> contextlib.AbstractContextManager[None]:
+    """The ring grown at the first decode step with the new block put before the prefilled
+    positions instead of after them."""
+    import mlx.core as mx
+
+    from models.universal.composed.caches import RotatingQuantizedKVCache
+
+    grow = RotatingQuantizedKVCache._update_in_place
+
+    def _update_in_place(self: Any, keys: Any, values: Any) -> Any:
+        start = self.offset
+        if self.keys is not None and start >= self._length() and self._length() < self.max_size:
+            batch, n_kv_heads, _, k_dim = keys.shape
+            new_size = min(self.step, self.max_size - start)
+            new_k = self._empty(batch, n_kv_heads, new_size, k_dim, keys.dtype)
+            new_v = self._empty(batch, n_kv_heads, new_size, values.shape[3], values.dtype)
+            # the fault: [old, new] in-tree
+            self.keys = [mx.concatenate([b, a], axis=2) for a, b in zip(self.keys, new_k, strict=True)]
+            self.values = [mx.concatenate([b, a], axis=2) for a, b in zip(self.values, new_v, strict=True)]
+            self._idx = start
+        return grow(self, keys, values)
+
+    return _setattr(RotatingQuantizedKVCache, "_update_in_place", _update_in_place)
+
+
+L2_CACHE_MUTANTS = [
+    Mutant("l2-rotating-append-first", "a prefill chunk written before the positions already in the quantized ring",
+           "minicpm5-2b-mini", "l2-rotating-quantized-kv-chunked", patch=append_first),
+    Mutant("l2-rotating-grow-order", "the quantized ring grown with its new block before the prefilled positions",
+           "minicpm5-2b-mini", "l2-rotating-quantized-kv-short", patch=growth_prepended),
+]  # fmt: skip
