@@ -167,8 +167,11 @@ def test_compiled_decode_is_for_plain_and_chat_scenarios(isolated: Path) -> None
     profile = load_profile(write_profile(isolated, text=text))
     assert profile.checks(profile.scenarios[0]) == ["compiled_decode"]
     turns = "  - id: two\n    turns:\n      - [{role: user, content: a}]\n      - [{role: user, content: b}]\n"
-    with pytest.raises(ProfileError, match="compiled_decode runs plain and chat scenarios only"):
-        load_profile(write_profile(isolated, text=text + turns + "    checks: [compiled_decode]\n"))
+    with_turns = load_profile(write_profile(isolated, text=text + turns + "    checks: [compiled_decode]\n"))
+    assert with_turns.checks(with_turns.scenarios[-1]) == ["compiled_decode"]  # the kept cache, compiled
+    batch = "  - id: rows\n    batch:\n      - {prompt: a}\n      - {prompt: b}\n"
+    with pytest.raises(ProfileError, match=r"compiled_decode runs plain and chat scenarios \(turns included\) only"):
+        load_profile(write_profile(isolated, text=text + batch + "    checks: [compiled_decode]\n"))
     for option in ("kv_bits: 8", "max_kv_size: 16"):
         eager = text.replace("    checks: [compiled_decode]\n", f"    checks: [compiled_decode]\n    {option}\n")
         with pytest.raises(

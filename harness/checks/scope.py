@@ -17,8 +17,8 @@ def plain_or_chat(s: Any) -> bool:
 
 
 def compiled_applies(profile: Any, s: Any) -> str | None:
-    if not plain_or_chat(s):
-        return ".checks: compiled_decode runs plain and chat scenarios only"
+    if s.kind not in ("plain", "chat") or s.composition:  # chat turns included: the cache kept across them
+        return ".checks: compiled_decode runs plain and chat scenarios (turns included) only"
     eager_only = [k for k in ("kv_bits", "max_kv_size") if getattr(s, k) is not None]
     if eager_only:
         return (

@@ -52,14 +52,14 @@ class LlamaRunner:
         mode = "teacher_forced" if forced is not None else "free"
         if decode not in ("eager", "compiled"):
             raise ValueError(f"decode: expected 'eager' or 'compiled', got {decode!r}")
-        if decode == "compiled" and any(spec.get(k) is not None for k in ("turns", "batch", "composition")):
-            raise ValueError(f"{spec['id']}: the compiled decode runs plain and chat scenarios only")
+        if decode == "compiled" and any(spec.get(k) is not None for k in ("batch", "composition")):
+            raise ValueError(f"{spec['id']}: the compiled decode runs plain and chat scenarios (turns included) only")
         self._progress = (
             f"{self.label}{spec['id']} ({mode}{', compiled' if decode == 'compiled' else ''})",
             time.perf_counter(),
         )
         if spec.get("turns") is not None:
-            return self._run_turns(spec, forced, mode)
+            return self._run_turns(spec, forced, mode, compiled=decode == "compiled")
         if spec.get("draft") is not None:
             from harness.runners.speculative import run_draft
 
@@ -91,11 +91,7 @@ class LlamaRunner:
             report = DecodeReport()
             steps = self._greedy(spec, prompt_ids, forced_tokens, compiled=True, report=report)
             rows, tokens, _ = self._collect(steps, spec["n_tokens"], stop=stop)
-            if not report.compiled:  # never judge the eager loop under the compiled check's name
-                raise InTreeRunError(
-                    f"{spec['id']}: the compiled decode fell back to the eager loop ({'; '.join(report.reasons)})"
-                )
-            extra = {"compiled_variant": report.variant}
+            extra = {"compiled_variant": _compiled_variant(spec, [report])}
         else:
             steps = self._greedy(spec, prompt_ids, forced_tokens)
             rows, tokens, _ = self._collect(steps, spec["n_tokens"], stop=stop)
@@ -151,8 +147,11 @@ class LlamaRunner:
             steps.close()
         return rows, tokens, infos
 
-    def _run_turns(self, spec: dict[str, Any], forced: ScenarioRecord | None, mode: str) -> ScenarioRecord:
-        """mlx-lm's chat: one cache across turns, each turn's new messages rendered alone."""
+    def _run_turns(
+        self, spec: dict[str, Any], forced: ScenarioRecord | None, mode: str, compiled: bool = False
+    ) -> ScenarioRecord:
+        """mlx-lm's chat: one cache across turns, each turn's new messages rendered alone;
+        `compiled`: each turn decoded by the compiled loop on the kept cache."""
         from models.universal import chat_turn_steps
 
         encoded = [
@@ -160,7 +159,21 @@ class LlamaRunner:
             for messages in spec["turns"]
         ]
         options = {name: spec[name] for name in GENERATION_OPTIONS if spec.get(name) is not None}
-        return self._run_segments(spec, forced, mode, encoded, chat_turn_steps, "turns", **options)
+        if not compiled:
+            return self._run_segments(spec, forced, mode, encoded, chat_turn_steps, "turns", **options)
+        from models.universal.compiled import DecodeReport, compiled_greedy_steps
+
+        reports: list[DecodeReport] = []
+
+        def compiled_turn(*args: Any, **kwargs: Any) -> Any:
+            reports.append(DecodeReport())
+            return compiled_greedy_steps(*args, report=reports[-1], **kwargs)
+
+        record = self._run_segments(
+            spec, forced, mode, encoded, chat_turn_steps, "turns", decode=compiled_turn, **options
+        )
+        record.extra["compiled_variant"] = _compiled_variant(spec, reports)
+        return record
 
     def _run_batch(self, spec: dict[str, Any], forced: ScenarioRecord | None, mode: str) -> ScenarioRecord:
         """mlx-lm's batch generation: the rows decoded together, recorded row after row."""
@@ -226,3 +239,15 @@ class LlamaRunner:
             mode=mode,
             extra=extra,
         )
+
+
+def _compiled_variant(spec: dict[str, Any], reports: list[Any]) -> str:
+    """The compiled variant every run (turn) took; never judge the eager loop under the
+    compiled check's name."""
+    for report in reports:
+        if not report.compiled:
+            raise InTreeRunError(
+                f"{spec['id']}: the compiled decode fell back to the eager loop ({'; '.join(report.reasons)})"
+            )
+    variants = sorted({report.variant for report in reports})
+    return variants[0] if len(variants) == 1 else "+".join(variants)

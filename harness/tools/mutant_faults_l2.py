@@ -1,8 +1,12 @@
-"""Faults of `make mutants` in the L2 rotating quantized KV cache (issue 53): the multi-token
-write into a full ring and the ring's growth at the first decode step after a short prompt
-(models/universal/composed/caches.py), paths that l2-rotating-quantized-kv (one prefill write of
-a prompt longer than the window) never walked; branch coverage named them. Each passes that
-scenario and is killed by the scenario added for it."""
+"""Faults of `make mutants` on paths branch coverage named (issue 53).
+
+The L2 rotating quantized KV cache (models/universal/composed/caches.py): a multi-token write
+after the first (chunked prefill) and the ring's growth at the first decode step after a short
+prompt, paths that l2-rotating-quantized-kv (one prefill write of a prompt longer than the
+window) never walked; each passes that scenario and is killed by the scenario added for it.
+
+The compiled decode loop's kept cache (models/universal/compiled_kv.py: store_back), walked by
+no gate while compiled_decode ran single-turn scenarios only; killed on cache-reuse's turns."""
 
 from __future__ import annotations
 
@@ -63,4 +67,26 @@ L2_CACHE_MUTANTS = [
            "minicpm5-2b-mini", "l2-rotating-quantized-kv-chunked", patch=append_first),
     Mutant("l2-rotating-grow-order", "the quantized ring grown with its new block before the prefilled positions",
            "minicpm5-2b-mini", "l2-rotating-quantized-kv-short", patch=growth_prepended),
+]  # fmt: skip
+
+
+def store_back_one_short() -> contextlib.AbstractContextManager[None]:
+    """The compiled loop hands a kept cache back with the last decoded position's keys and
+    values zeroed: the next chat turn attends to a blank position (compiled_kv.store_back)."""
+    import mlx.core as mx
+
+    import models.universal.compiled as compiled  # imports store_back by name
+
+    store_back = compiled.store_back
+
+    def short(cache: Any, kv: Any, offset: int) -> None:
+        blank = [mx.concatenate([a[..., : offset - 1, :], mx.zeros_like(a[..., offset - 1 :, :])], axis=2) for a in kv]
+        store_back(cache, blank, offset)  # the fault: kv as it is in-tree
+
+    return _setattr(compiled, "store_back", short)
+
+
+COMPILED_TURN_MUTANTS = [
+    Mutant("compiled-store-back", "the compiled loop hands the kept cache back with its last position blank",
+           "minicpm5-2b-mini", "cache-reuse", patch=store_back_one_short),
 ]  # fmt: skip

@@ -162,6 +162,7 @@ def chat_turn_steps(
     prefill_step_size: int = 2048,
     forced_tokens: list[list[int]] | None = None,
     max_kv_size: int | None = None,
+    decode: Callable[..., Iterator[Step]] | None = None,
     **options: object,
 ) -> list[list[Step]]:
     """mlx_lm.chat's prompt-cache reuse: one cache for the conversation, each turn's new
@@ -170,6 +171,8 @@ def chat_turn_steps(
     Returns the `n_tokens` steps of each turn. `forced_tokens[t]` teacher-forces turn t
     (n_tokens ids: the last one is fed into the cache before the next turn). The other
     options are greedy_steps' (forced_prefix, kv_bits, ...) and apply to every turn.
+    `decode` is the loop each turn runs (greedy_steps' signature; default greedy_steps),
+    e.g. compiled.compiled_greedy_steps, which must leave the kept cache as greedy_steps does.
     """
     if not isinstance(turn_prompts, (list, tuple)) or not turn_prompts:
         raise ValueError("turn_prompts: need a non-empty list of per-turn prompt ids")
@@ -180,9 +183,10 @@ def chat_turn_steps(
     _check_max_kv_size(max_kv_size)
     cache = model.make_cache(max_kv_size=max_kv_size)
     turns = []
+    loop = greedy_steps if decode is None else decode
     for t, prompt_ids in enumerate(turn_prompts):
         forced = None if forced_tokens is None else forced_tokens[t]
-        steps = greedy_steps(
+        steps = loop(
             model,
             prompt_ids,
             n_tokens,
