@@ -186,6 +186,8 @@ class ParitySession:
         if mode == "compiled":
             if key not in self._records:
                 spec = self.intree_spec(profile, scenario)
+                if scenario.compiled_variant is not None:  # the in-tree side's choice: never hashed
+                    spec = spec | {"compiled_variant": scenario.compiled_variant}
                 runner = self.runner(profile)
                 with clock.phase(in_tree_phase("compiled")):
                     record = runner.run(spec, decode="compiled")

@@ -169,6 +169,22 @@ def test_compiled_decode_is_for_plain_and_chat_scenarios(isolated: Path) -> None
     turns = "  - id: two\n    turns:\n      - [{role: user, content: a}]\n      - [{role: user, content: b}]\n"
     with_turns = load_profile(write_profile(isolated, text=text + turns + "    checks: [compiled_decode]\n"))
     assert with_turns.checks(with_turns.scenarios[-1]) == ["compiled_decode"]  # the kept cache, compiled
+    blocks = load_profile(
+        write_profile(
+            isolated, text=text.replace("[compiled_decode]\n", "[compiled_decode]\n    compiled_variant: blocks\n")
+        )
+    )
+    assert blocks.scenarios[0].compiled_variant == "blocks"
+    assert "compiled_variant" not in blocks.scenario_spec(blocks.scenarios[0])  # the in-tree side's choice: not hashed
+    with pytest.raises(ProfileError, match="compiled_variant"):  # masked is not bit-exact by construction
+        load_profile(
+            write_profile(
+                isolated, text=text.replace("[compiled_decode]\n", "[compiled_decode]\n    compiled_variant: masked\n")
+            )
+        )
+    no_check = text.replace("    checks: [compiled_decode]\n", "    compiled_variant: blocks\n")
+    with pytest.raises(ProfileError, match="compiled_variant: picks the compiled_decode check's variant"):
+        load_profile(write_profile(isolated, text=no_check))
     batch = "  - id: rows\n    batch:\n      - {prompt: a}\n      - {prompt: b}\n"
     with pytest.raises(ProfileError, match=r"compiled_decode runs plain and chat scenarios \(turns included\) only"):
         load_profile(write_profile(isolated, text=text + batch + "    checks: [compiled_decode]\n"))

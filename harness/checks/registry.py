@@ -196,7 +196,7 @@ _TABLE = (
           "bits", compare=_compiled_decode, rows=_every_step,
           failing_tests=("tests/test_compiled_decode.py::"
                          "test_compiled_decode_check_fails_through_the_session_on_a_perturbed_trace",),
-          applies=scope.compiled_applies),
+          applies=scope.compiled_applies, wanted=scope.compiled_wanted),
     Check("response", "mlx-lm server's reasoning / content / tool_calls split, streamed chunks and whole",
           "teacher_forced", (LLM,), "bits", compare=check_response,
           failing_tests=("tests/test_response.py::test_response_fails_on_a_parser_that_reads_a_number_as_a_string",

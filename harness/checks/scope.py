@@ -78,3 +78,10 @@ def streamed_applies(profile: Any, s: Any) -> str | None:
     if s.composition is not None:
         return ".checks: streamed_transcript streams the reference path, not a composition"
     return None
+
+
+def compiled_wanted(profile: Any, s: Any) -> str | None:
+    """A compiled variant asked for where no compiled_decode check would run it."""
+    if getattr(s, "compiled_variant", None) is not None:
+        return ".compiled_variant: picks the compiled_decode check's variant; the scenario does not declare that check"
+    return None

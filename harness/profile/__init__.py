@@ -158,6 +158,8 @@ class Scenario:
     # Speech: seconds of samples per feed of the `streamed_transcript` check (omitted: 1, 7, 30);
     # they judge the in-tree stream, not what the oracle computes (not hashed).
     stream_chunks: list[float] | None = None
+    # compiled_decode's variant (docs/compiled-decode.md; omitted: auto); in-tree only, not hashed
+    compiled_variant: Literal["auto", "split", "blocks"] | None = None
     # The paths of its checks this scenario exists to walk, "check: path" (harness/checks/
     # exercise.py): a check whose oracle run did not walk one is an ERROR (not hashed).
     exercises: list[str] = field(default_factory=list)

@@ -117,7 +117,7 @@ class LlamaRunner:
 
         options = {name: spec[name] for name in GENERATION_OPTIONS if spec.get(name) is not None}
         if compiled:
-            options["report"] = report
+            options |= {"report": report, "variant": spec.get("compiled_variant") or "auto"}
         return (compiled_greedy_steps if compiled else greedy_steps)(
             self.model,
             prompt_ids,
@@ -167,7 +167,8 @@ class LlamaRunner:
 
         def compiled_turn(*args: Any, **kwargs: Any) -> Any:
             reports.append(DecodeReport())
-            return compiled_greedy_steps(*args, report=reports[-1], **kwargs)
+            variant = spec.get("compiled_variant") or "auto"
+            return compiled_greedy_steps(*args, report=reports[-1], variant=variant, **kwargs)
 
         record = self._run_segments(
             spec, forced, mode, encoded, chat_turn_steps, "turns", decode=compiled_turn, **options

@@ -6,7 +6,9 @@ prompt, paths that l2-rotating-quantized-kv (one prefill write of a prompt longe
 window) never walked; each passes that scenario and is killed by the scenario added for it.
 
 The compiled decode loop's kept cache (models/universal/compiled_kv.py: store_back), walked by
-no gate while compiled_decode ran single-turn scenarios only; killed on cache-reuse's turns."""
+no gate while compiled_decode ran single-turn scenarios only; killed on cache-reuse's turns. The
+"blocks" compiled variant (compiled_step.py), which no scenario picked before `compiled_variant`;
+killed on smollm2-135m's chat."""
 
 from __future__ import annotations
 
@@ -86,7 +88,32 @@ def store_back_one_short() -> contextlib.AbstractContextManager[None]:
     return _setattr(compiled, "store_back", short)
 
 
-COMPILED_TURN_MUTANTS = [
+def blocks_attend_past_only() -> contextlib.AbstractContextManager[None]:
+    """The "blocks" compiled step attends to the cached positions without the one it just
+    wrote (the keys and values update_and_fetch returns, one short)."""
+    import mlx.core as mx
+
+    from models.universal.compiled_step import CompiledDecoder, attend
+
+    def step_in_cache(self: Any, token: Any, cache: Any) -> Any:
+        offset = mx.array(cache[0].offset, dtype=mx.int32)
+        h, queries, keys, values = self._block_first(token, offset)
+        for i, layer in enumerate(self.model.layers):
+            keys, values = cache[i].update_and_fetch(keys, values)
+            if keys.shape[2] > 1:  # the fault: keys and values as update_and_fetch returns them in-tree
+                keys, values = keys[..., :-1, :], values[..., :-1, :]
+            following = self._block_nexts[i](h, attend(layer, queries, keys, values, None), offset)
+            if i + 1 < len(self.model.layers):
+                h, queries, keys, values = following
+        logits, token = following
+        return logits, token
+
+    return _setattr(CompiledDecoder, "step_in_cache", step_in_cache)
+
+
+COMPILED_MUTANTS = [
     Mutant("compiled-store-back", "the compiled loop hands the kept cache back with its last position blank",
            "minicpm5-2b-mini", "cache-reuse", patch=store_back_one_short),
+    Mutant("compiled-blocks-past-only", "the blocks compiled step attends without the position it just wrote",
+           "smollm2-135m", "chat", patch=blocks_attend_past_only),
 ]  # fmt: skip

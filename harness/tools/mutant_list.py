@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from harness.tools import mutant_faults as fault
 from harness.tools.mutant_faults import Mutant
-from harness.tools.mutant_faults_l2 import COMPILED_TURN_MUTANTS, L2_CACHE_MUTANTS
+from harness.tools.mutant_faults_l2 import COMPILED_MUTANTS, L2_CACHE_MUTANTS
 from harness.tools.mutant_faults_rope import ROPE_MUTANTS
 from harness.tools.mutant_faults_streams import STREAM_MUTANTS
 from harness.tools.mutant_faults_text import TEXT_MUTANTS
@@ -279,4 +279,4 @@ MUTANTS += STREAM_MUTANTS  # the SentencePiece and decode-based streams, on the 
 MUTANTS += ROPE_MUTANTS  # one slip per rope type, each on its rope twin (issue 53)
 MUTANTS += TOKEN_MUTANTS  # the legacy special-token layout, on llama-legacy-tokens-mini (issue 53)
 MUTANTS += L2_CACHE_MUTANTS  # the rotating quantized KV cache's chunked writes and growth (issue 53)
-MUTANTS += COMPILED_TURN_MUTANTS  # the compiled loop's kept cache handed to the next turn (issue 53)
+MUTANTS += COMPILED_MUTANTS  # the compiled loop's kept cache over turns, its blocks variant (issue 53)
