@@ -58,6 +58,7 @@ REQUIRED_SCENARIOS = {
         "spec-requant-k3",  # ... and some drafts of a step accepted (issue 31: the draft cache's rewind)
         "l2-rotating-quantized-kv-chunked",  # issue 53: multi-token writes into a full quantized ring
         "l2-rotating-quantized-kv-short",  # ... and its growth after a short prompt
+        "response-arguments",  # issue 53: the tool parser's argument typing (anyOf, boolean schemas, null)
     },
     "whisper-tiny-en": {
         "fox-greedy",
