@@ -1,7 +1,8 @@
 """Special-token faults of `make mutants` (issue 53): slips in how the universal Llama collects
 special tokens from a legacy tokenizer layout (models/universal/special_tokens.py), killed on
 llama-legacy-tokens-mini (harness/artifacts/twins/llama_legacy.py), the only gated tokenizer
-without `added_tokens_decoder`."""
+without `added_tokens_decoder`; and slips in how it finds and picks a named chat template, killed
+on the two template twins (harness/artifacts/twins/llama_templates.py)."""
 
 from __future__ import annotations
 
@@ -40,9 +41,41 @@ def additional_over_extra() -> contextlib.AbstractContextManager[None]:
     return _setattr(tokenizer, "_special_tokens", both)
 
 
+def template_folder_ignored() -> contextlib.AbstractContextManager[None]:
+    """Named templates looked for in a folder transformers does not read (`chat_templates/`, the
+    in-tree spelling until issue 53's template twin): with tools the default template is
+    rendered where the oracle renders additional_chat_templates/tool_use.jinja."""
+    import models.universal.tokenizer as tokenizer
+
+    def default_only(path: Any, from_config: Any) -> dict[str, str]:
+        jinja = path / "chat_template.jinja"
+        if jinja.exists():
+            return {"default": jinja.read_text(encoding="utf-8")}  # the fault: no named ones
+        return {"default": from_config} if isinstance(from_config, str) else {}
+
+    return _setattr(tokenizer, "_chat_templates", default_only)
+
+
+def tool_use_template_ignored() -> contextlib.AbstractContextManager[None]:
+    """The default template rendered whether or not the request has tools (transformers picks
+    a template named `tool_use` when it does)."""
+    import models.universal.tokenizer as tokenizer
+
+    chat_template = tokenizer.ChatTokenizer.chat_template
+
+    def without_tools(self: Any, name: str | None = None, tools: Any = None) -> str:
+        return chat_template(self, name, None)  # the fault
+
+    return _setattr(tokenizer.ChatTokenizer, "chat_template", without_tools)
+
+
 TOKEN_MUTANTS = [
     Mutant("legacy-extra-dropped", "a legacy map's extra special tokens never registered",
            "llama-legacy-tokens-mini", "markers-in-text", patch=legacy_extra_tokens_dropped),
     Mutant("additional-over-extra", "additional_special_tokens registered beside extra_special_tokens",
            "llama-legacy-tokens-mini", "markers-in-text", patch=additional_over_extra),
+    Mutant("template-folder-ignored", "named templates looked for in chat_templates/, not additional_chat_templates/",
+           "llama-chat-templates-mini", "tools", patch=template_folder_ignored),
+    Mutant("tool-use-template-ignored", "the default template rendered for a request with tools",
+           "llama-chat-template-list-mini", "tools", patch=tool_use_template_ignored),
 ]  # fmt: skip

@@ -33,11 +33,12 @@ def _read_model_config(path: Path) -> dict[str, Any]:
 
 
 def _chat_templates(path: Path, from_config: Any) -> dict[str, str]:
-    """Templates by name; chat_template.jinja and chat_templates/ win over the config."""
+    """Templates by name; chat_template.jinja and additional_chat_templates/*.jinja (transformers
+    5's folder for named templates) win over the config."""
     from_files: dict[str, str] = {}
     if (path / "chat_template.jinja").exists():
         from_files["default"] = (path / "chat_template.jinja").read_text(encoding="utf-8")
-    template_dir = path / "chat_templates"
+    template_dir = path / "additional_chat_templates"
     if template_dir.is_dir():
         for file in sorted(template_dir.glob("*.jinja")):
             from_files[file.stem] = file.read_text(encoding="utf-8")

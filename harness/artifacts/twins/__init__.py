@@ -27,6 +27,7 @@ from harness.artifacts.family import detect_family
 from harness.artifacts.twins.llama_legacy import LLAMA_LEGACY_TOKENS_MINI
 from harness.artifacts.twins.llama_rope import LLAMA_ROPE_TWINS
 from harness.artifacts.twins.llama_spm import LLAMA_SPM_TWINS
+from harness.artifacts.twins.llama_templates import LLAMA_TEMPLATE_TWINS
 from harness.artifacts.twins.minicpm5 import (
     MINICPM5_2B,
     MINICPM5_2B_BF16,
@@ -60,6 +61,7 @@ TWINS: dict[str, TwinSpec | WhisperTwinSpec] = {
         *LLAMA_SPM_TWINS,
         *LLAMA_ROPE_TWINS,
         LLAMA_LEGACY_TOKENS_MINI,
+        *LLAMA_TEMPLATE_TWINS,
     )
 }
 
@@ -104,9 +106,9 @@ def twin_identity(spec: TwinSpec | WhisperTwinSpec, built_dir: Path | None = Non
     }
     if built_dir is not None:
         identity["files"] = {
-            p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)}
-            for p in sorted(built_dir.iterdir())
-            if p.name != TWIN_FILE
+            p.relative_to(built_dir).as_posix(): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+            for p in sorted(built_dir.rglob("*"))
+            if p.is_file() and p.name != TWIN_FILE
         }
     return identity
 

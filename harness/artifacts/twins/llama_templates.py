@@ -1,0 +1,106 @@
+"""Llama twins whose chat templates are stored the other ways a checkpoint ships them (issue 53:
+branch coverage showed every gated tokenizer kept one template, a string in tokenizer_config.json
+or a chat_template.jinja, so models/universal/tokenizer_files.py's named templates and
+tokenizer.py's choice among them were walked by no gate).
+
+Both are llama-spm-mini's weights and pieces with a second, named template `tool_use` that
+transformers picks when the request carries tools (`get_chat_template`):
+- `llama-chat-templates-mini`: the default in chat_template.jinja, `tool_use` in
+  additional_chat_templates/tool_use.jinja (transformers 5's folder for named templates), no
+  template in tokenizer_config.json; no generation_config.json (config.json's EOS alone), and a
+  tokenizer.json that carries a padding setting (its pad token becomes the named pad_token);
+- `llama-chat-template-list-mini`: both templates as tokenizer_config.json's list form
+  `[{"name": ..., "template": ...}]`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from harness.artifacts.twins.llama_spm import (
+    BOS,
+    CHAT_TEMPLATE,
+    EOS,
+    LLAMA_SPM_MINI,
+    SPECIALS,
+    UNK,
+    build_tokenizer,
+    model_config,
+    tokenizer_config,
+)
+from harness.artifacts.twins.spec import TwinSpec
+from harness.artifacts.twins.weights import write_weights
+
+# The tools as a system-like preamble before the first user turn, then the default's turns.
+TOOL_USE_TEMPLATE = (
+    "{{ bos_token }}[AVAILABLE_TOOLS] {{ tools | tojson }} [/AVAILABLE_TOOLS]"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token + ' ' }}"
+    "{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}"
+    "{% endfor %}"
+)
+TEMPLATE_DIR = "additional_chat_templates"
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _special_tokens_map() -> dict[str, Any]:
+    token = {"lstrip": False, "normalized": False, "rstrip": False, "single_word": False}
+    return {
+        "bos_token": {"content": BOS, **token},
+        "eos_token": {"content": EOS, **token},
+        "unk_token": {"content": UNK, **token},
+    }
+
+
+def _write_files(spec: TwinSpec, out_dir: Path) -> None:
+    write_weights(out_dir, spec.shape, spec.seed, spec.quantization, spec.num_shards, None, spec.float_dtype)
+    _write_json(out_dir / "config.json", model_config(spec))
+    tokenizer = build_tokenizer("llama")
+    tokenizer.enable_padding(pad_id=SPECIALS.index(UNK), pad_token=UNK)
+    tokenizer.save(str(out_dir / "tokenizer.json"))
+    config = tokenizer_config("llama")
+    del config["chat_template"]
+    _write_json(out_dir / "tokenizer_config.json", config)
+    _write_json(out_dir / "special_tokens_map.json", _special_tokens_map())
+    (out_dir / "chat_template.jinja").write_text(CHAT_TEMPLATE, encoding="utf-8")
+    (out_dir / TEMPLATE_DIR).mkdir()
+    (out_dir / TEMPLATE_DIR / "tool_use.jinja").write_text(TOOL_USE_TEMPLATE, encoding="utf-8")
+
+
+def _write_list(spec: TwinSpec, out_dir: Path) -> None:
+    write_weights(out_dir, spec.shape, spec.seed, spec.quantization, spec.num_shards, None, spec.float_dtype)
+    _write_json(out_dir / "config.json", model_config(spec))
+    build_tokenizer("llama").save(str(out_dir / "tokenizer.json"))
+    config = tokenizer_config("llama")
+    config["chat_template"] = [
+        {"name": "default", "template": CHAT_TEMPLATE},
+        {"name": "tool_use", "template": TOOL_USE_TEMPLATE},
+    ]
+    _write_json(out_dir / "tokenizer_config.json", config)
+    _write_json(out_dir / "special_tokens_map.json", _special_tokens_map())
+    _write_json(
+        out_dir / "generation_config.json", {"bos_token_id": SPECIALS.index(BOS), "eos_token_id": SPECIALS.index(EOS)}
+    )
+
+
+LLAMA_CHAT_TEMPLATES_MINI = dataclasses.replace(
+    LLAMA_SPM_MINI,
+    twin_id="llama-chat-templates-mini",
+    description="llama-spm-mini with its default template in chat_template.jinja and a named tool_use "
+    "template in additional_chat_templates/, no generation_config.json, tokenizer.json padding",
+    write=_write_files,
+)
+LLAMA_CHAT_TEMPLATE_LIST_MINI = dataclasses.replace(
+    LLAMA_SPM_MINI,
+    twin_id="llama-chat-template-list-mini",
+    description="llama-spm-mini with a default and a named tool_use template in tokenizer_config.json's list form",
+    write=_write_list,
+)
+LLAMA_TEMPLATE_TWINS = (LLAMA_CHAT_TEMPLATES_MINI, LLAMA_CHAT_TEMPLATE_LIST_MINI)
