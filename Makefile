@@ -20,7 +20,7 @@ endif
 # split into words, on purpose (several harness options).
 q = '$(subst ','\'',$(1))'
 
-.PHONY: help parity goldens test nightly signoff lint bench list venv clean-cache mutants vad calibrate quality certify coverage fuzz mutate
+.PHONY: help parity goldens test nightly signoff lint bench list venv clean-cache mutants vad calibrate quality certify coverage coverage-nightly fuzz mutate
 
 venv: $(VENV)/.installed
 
@@ -84,6 +84,15 @@ coverage: venv
 	@out=reports/coverage-$$(date -u +%Y%m%dT%H%M%SZ); status=0; \
 	MLX_PARITY_COVERAGE=$(call q,$(abspath $(COVERAGE_DIR))) $(PY) -m pytest tests -n $(call q,$(WORKERS)) --dist loadgroup -p no:cacheprovider $(ARGS) || status=$$?; \
 	$(PY) -m harness coverage --data $(call q,$(abspath $(COVERAGE_DIR))) --html "$$out" --json "$$out/coverage.json" || true; \
+	exit $$status
+
+## make coverage-nightly [NIGHTLY_COVERAGE_DIR=...]: make nightly (every profile, every CPU scenario) with the gates' branch coverage of models/ recorded, then its report under reports/coverage-nightly-<time>/ (the nightly figure of docs/coverage.md); exit status make nightly's
+NIGHTLY_COVERAGE_DIR ?= .cache/coverage-nightly
+coverage-nightly: venv
+	@rm -rf $(call q,$(NIGHTLY_COVERAGE_DIR))/parity
+	@out=reports/coverage-nightly-$$(date -u +%Y%m%dT%H%M%SZ); status=0; \
+	MLX_PARITY_COVERAGE=$(call q,$(abspath $(NIGHTLY_COVERAGE_DIR))) $(MAKE) --no-print-directory nightly || status=$$?; \
+	$(PY) -m harness coverage --data $(call q,$(abspath $(NIGHTLY_COVERAGE_DIR))) --area parity --html "$$out" --json "$$out/coverage.json" || true; \
 	exit $$status
 
 ## make fuzz [FUZZ_MODEL=minicpm5-2b-mini] [FUZZ_EXAMPLES=300]: differential fuzzing against the oracle (docs/fuzz.md): Hypothesis draws chat scenarios, or with a Whisper profile (FUZZ_MODEL=whisper-tiny-en) edited fixture clips and decode options; both sides run them, the gates judge them; each failure shrunk into reports/fuzz-<model>-<time>/found-*.yaml (a Whisper one with its WAV); exit 1 on a finding
