@@ -11,6 +11,8 @@ transformers picks when the request carries tools (`get_chat_template`):
   tokenizer.json that carries a padding setting (its pad token becomes the named pad_token);
 - `llama-chat-template-list-mini`: both templates as tokenizer_config.json's list form
   `[{"name": ..., "template": ...}]`.
+
+And `llama-mha-mini`, llama-spm-mini's files with as many KV heads as query heads (below).
 """
 
 from __future__ import annotations
@@ -103,4 +105,15 @@ LLAMA_CHAT_TEMPLATE_LIST_MINI = dataclasses.replace(
     description="llama-spm-mini with a default and a named tool_use template in tokenizer_config.json's list form",
     write=_write_list,
 )
-LLAMA_TEMPLATE_TWINS = (LLAMA_CHAT_TEMPLATES_MINI, LLAMA_CHAT_TEMPLATE_LIST_MINI)
+
+
+# Multi-head attention (as many KV heads as query heads): every other gated model groups its
+# query heads, so the quantized attention's and the fused SDPA's ungrouped paths had no gate.
+LLAMA_MHA_MINI = dataclasses.replace(
+    LLAMA_SPM_MINI,
+    twin_id="llama-mha-mini",
+    description="llama-spm-mini's tokenizer with multi-head attention (2 query heads, 2 KV heads): "
+    "the quantized attention's ungrouped path",
+    shape=dataclasses.replace(LLAMA_SPM_MINI.shape, num_key_value_heads=2),
+)
+LLAMA_TEMPLATE_TWINS = (LLAMA_CHAT_TEMPLATES_MINI, LLAMA_CHAT_TEMPLATE_LIST_MINI, LLAMA_MHA_MINI)
