@@ -53,6 +53,7 @@ REQUIRED_SCENARIOS = {
         "rotating-kv-one-over",  # ... and a prefill one position over the window, trimmed by one
         "cache-reuse",
         "batch-two-rows",
+        "batch-equal-rows",
         "spec-twin-k2",  # draft-model speculative decoding: every draft rejected
         "spec-self-k5",  # ... and every draft accepted
         "spec-requant-k3",  # ... and some drafts of a step accepted (issue 31: the draft cache's rewind)
