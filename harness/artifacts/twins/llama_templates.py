@@ -117,3 +117,28 @@ LLAMA_MHA_MINI = dataclasses.replace(
     shape=dataclasses.replace(LLAMA_SPM_MINI.shape, num_key_value_heads=2),
 )
 LLAMA_TEMPLATE_TWINS = (LLAMA_CHAT_TEMPLATES_MINI, LLAMA_CHAT_TEMPLATE_LIST_MINI, LLAMA_MHA_MINI)
+
+
+def _write_no_prefix(spec: TwinSpec, out_dir: Path) -> None:
+    write_weights(out_dir, spec.shape, spec.seed, spec.quantization, spec.num_shards, None, spec.float_dtype)
+    _write_json(out_dir / "config.json", model_config(spec))
+    tokenizer = build_tokenizer("llama")
+    tokenizer.post_processor = None
+    tokenizer.save(str(out_dir / "tokenizer.json"))
+    _write_json(out_dir / "tokenizer_config.json", {**tokenizer_config("llama"), "add_prefix_space": False})
+    _write_json(out_dir / "special_tokens_map.json", _special_tokens_map())
+    _write_json(
+        out_dir / "generation_config.json", {"bos_token_id": SPECIALS.index(BOS), "eos_token_id": SPECIALS.index(EOS)}
+    )
+
+
+# The LlamaTokenizer rebuild's other settings: add_prefix_space false (no dummy prefix, no Strip
+# in the decoder) and a tokenizer.json without a post-processor (what transformers then adds).
+LLAMA_SPM_NO_PREFIX_MINI = dataclasses.replace(
+    LLAMA_SPM_MINI,
+    twin_id="llama-spm-no-prefix-mini",
+    description="llama-spm-mini's LlamaTokenizer rebuilt with add_prefix_space false, from a tokenizer.json "
+    "without a post-processor",
+    write=_write_no_prefix,
+)
+LLAMA_TEMPLATE_TWINS = (*LLAMA_TEMPLATE_TWINS, LLAMA_SPM_NO_PREFIX_MINI)
