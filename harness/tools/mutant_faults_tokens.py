@@ -2,7 +2,8 @@
 special tokens from a legacy tokenizer layout (models/universal/special_tokens.py), killed on
 llama-legacy-tokens-mini (harness/artifacts/twins/llama_legacy.py), the only gated tokenizer
 without `added_tokens_decoder`; and slips in how it finds and picks a named chat template, killed
-on the two template twins (harness/artifacts/twins/llama_templates.py)."""
+on the two template twins, and the GPT-2 class rebuild ignored, killed on its twin (harness/
+artifacts/twins/llama_templates.py)."""
 
 from __future__ import annotations
 
@@ -69,6 +70,20 @@ def tool_use_template_ignored() -> contextlib.AbstractContextManager[None]:
     return _setattr(tokenizer.ChatTokenizer, "chat_template", without_tools)
 
 
+def gpt2_class_as_file() -> contextlib.AbstractContextManager[None]:
+    """tokenizer_class GPT2Tokenizer ignored: tokenizer.json used as written where transformers
+    rebuilds the BPE with GPT-2's pre-tokenizer (and the config's prefix space)."""
+    import models.universal.tokenizer as tokenizer
+
+    backend_kind = tokenizer._backend_kind
+
+    def as_file(settings: dict[str, Any], model_config: dict[str, Any], tokenizer_json: str) -> str:
+        kind = backend_kind(settings, model_config, tokenizer_json)
+        return "file" if kind == "gpt2" else kind  # the fault
+
+    return _setattr(tokenizer, "_backend_kind", as_file)
+
+
 TOKEN_MUTANTS = [
     Mutant("legacy-extra-dropped", "a legacy map's extra special tokens never registered",
            "llama-legacy-tokens-mini", "markers-in-text", patch=legacy_extra_tokens_dropped),
@@ -78,4 +93,6 @@ TOKEN_MUTANTS = [
            "llama-chat-templates-mini", "tools", patch=template_folder_ignored),
     Mutant("tool-use-template-ignored", "the default template rendered for a request with tools",
            "llama-chat-template-list-mini", "tools", patch=tool_use_template_ignored),
+    Mutant("gpt2-class-as-file", "tokenizer_class GPT2Tokenizer ignored (tokenizer.json used as written)",
+           "minicpm5-gpt2-class-mini", "plain", patch=gpt2_class_as_file),
 ]  # fmt: skip

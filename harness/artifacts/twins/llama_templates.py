@@ -142,3 +142,32 @@ LLAMA_SPM_NO_PREFIX_MINI = dataclasses.replace(
     write=_write_no_prefix,
 )
 LLAMA_TEMPLATE_TWINS = (*LLAMA_TEMPLATE_TWINS, LLAMA_SPM_NO_PREFIX_MINI)
+
+
+def _write_gpt2_class(spec: TwinSpec, out_dir: Path) -> None:
+    from harness.artifacts.twins.minicpm5 import write_minicpm5
+
+    write_minicpm5(spec, out_dir)
+    config = json.loads((out_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
+    # add_prefix_space: the rebuilt pre-tokenizer's, where tokenizer.json's has none, so the
+    # prompt ids say which pipeline encoded them.
+    _write_json(
+        out_dir / "tokenizer_config.json", {**config, "add_prefix_space": True, "tokenizer_class": "GPT2Tokenizer"}
+    )
+
+
+def _gpt2_class_twin() -> TwinSpec:
+    from harness.artifacts.twins.minicpm5 import MINICPM5_2B_MINI
+
+    return dataclasses.replace(
+        MINICPM5_2B_MINI,
+        twin_id="minicpm5-gpt2-class-mini",
+        description="minicpm5-2b-mini's files with tokenizer_class GPT2Tokenizer and add_prefix_space: transformers "
+        "rebuilds its byte-level BPE from the vocabulary and merges (GPT-2's pre-tokenizer, a prefix space)",
+        write=_write_gpt2_class,
+    )
+
+
+# transformers' GPT2Tokenizer rebuild: every gated byte-level tokenizer was loaded as written.
+MINICPM5_GPT2_CLASS_MINI = _gpt2_class_twin()
+LLAMA_TEMPLATE_TWINS = (*LLAMA_TEMPLATE_TWINS, MINICPM5_GPT2_CLASS_MINI)
