@@ -81,6 +81,9 @@ def _added_tokens_decoder(
 def _special_tokens(settings: dict[str, Any], added_tokens: dict[int, AddedToken], kind: str) -> dict[str, Any]:
     """Named, model-specific (`image_token`, ...) and extra special tokens, as transformers
     collects them; values are str or AddedToken (settings updated in place)."""
+    for key in ("additional_special_tokens", "extra_special_tokens"):
+        if key in settings:  # transformers converts every {"__type": "AddedToken"} of the config
+            settings[key] = _to_added_token(settings[key])
     if "additional_special_tokens" in settings and not settings.get("extra_special_tokens"):
         settings["extra_special_tokens"] = settings.pop("additional_special_tokens")
     model_specific = {

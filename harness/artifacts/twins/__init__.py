@@ -24,7 +24,7 @@ import numpy as np
 import tokenizers
 
 from harness.artifacts.family import detect_family
-from harness.artifacts.twins.llama_legacy import LLAMA_LEGACY_TOKENS_MINI
+from harness.artifacts.twins.llama_legacy import LLAMA_ADDITIONAL_TOKENS_MINI, LLAMA_LEGACY_TOKENS_MINI
 from harness.artifacts.twins.llama_rope import LLAMA_ROPE_TWINS
 from harness.artifacts.twins.llama_spm import LLAMA_SPM_TWINS
 from harness.artifacts.twins.llama_templates import LLAMA_TEMPLATE_TWINS
@@ -61,6 +61,7 @@ TWINS: dict[str, TwinSpec | WhisperTwinSpec] = {
         *LLAMA_SPM_TWINS,
         *LLAMA_ROPE_TWINS,
         LLAMA_LEGACY_TOKENS_MINI,
+        LLAMA_ADDITIONAL_TOKENS_MINI,
         *LLAMA_TEMPLATE_TWINS,
     )
 }

@@ -23,6 +23,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tokenizers import AddedToken
+
 from harness.artifacts.twins.llama_spm import (
     BOS,
     EOS,
@@ -38,6 +40,7 @@ from harness.artifacts.twins.spec import TwinSpec
 from harness.artifacts.twins.weights import write_weights
 
 IM_START, IM_END, IMAGE, TOOL = "<|im_start|>", "<|im_end|>", "<|image|>", "<|tool|>"
+PAD = "<pad>"
 PADDED_VOCAB = 2112
 
 CHATML = (
@@ -93,4 +96,45 @@ LLAMA_LEGACY_TOKENS_MINI = dataclasses.replace(
     "no added_tokens_decoder), ChatML markers registered at load time, vocab_size padded to 2112",
     shape=dataclasses.replace(LLAMA_SPM_MINI_SHAPE, vocab_size=PADDED_VOCAB),
     write=_write,
+)
+
+
+def _write_additional(spec: TwinSpec, out_dir: Path) -> None:
+    write_weights(out_dir, spec.shape, spec.seed, spec.quantization, spec.num_shards, None, spec.float_dtype)
+    _write_json(out_dir / "config.json", model_config(spec))
+    tokenizer = build_tokenizer("llama")
+    tokenizer.add_tokens([AddedToken(PAD, special=False, normalized=False)])  # id 2048, not special
+    tokenizer.save(str(out_dir / "tokenizer.json"))
+    _write_json(
+        out_dir / "tokenizer_config.json",
+        {
+            "add_bos_token": True,
+            "add_eos_token": False,
+            "additional_special_tokens": [IM_START, {"__type": "AddedToken", **_token(IM_END), "special": True}],
+            "bos_token": BOS,
+            "chat_template": CHATML,
+            "clean_up_tokenization_spaces": False,
+            "eos_token": EOS,
+            "model_max_length": MAX_POSITIONS,
+            "pad_token": PAD,
+            "unk_token": UNK,
+        },
+    )
+    _write_json(
+        out_dir / "special_tokens_map.json",
+        {"bos_token": _token(BOS), "eos_token": _token(EOS), "pad_token": PAD, "unk_token": _token(UNK)},
+    )
+    _write_json(out_dir / "generation_config.json", {"bos_token_id": SPECIALS.index(BOS)})
+
+
+# additional_special_tokens alone (no extra_special_tokens anywhere), one of them an AddedToken
+# object in tokenizer_config.json, and a pad token tokenizer.json added as a plain (non-special)
+# token: transformers 5 registers the additional ones as special (one id each) and makes the pad
+# token special because a named token has its content.
+LLAMA_ADDITIONAL_TOKENS_MINI = dataclasses.replace(
+    LLAMA_LEGACY_TOKENS_MINI,
+    twin_id="llama-additional-tokens-mini",
+    description="llama-spm-mini's pieces with additional_special_tokens alone (ChatML markers, one an "
+    "AddedToken object) and a non-special pad token in tokenizer.json named pad_token",
+    write=_write_additional,
 )
