@@ -54,6 +54,7 @@ REQUIRED_SCENARIOS = {
         "cache-reuse",
         "batch-two-rows",
         "batch-equal-rows",
+        "batch-one-token-rows",
         "spec-twin-k2",  # draft-model speculative decoding: every draft rejected
         "spec-self-k5",  # ... and every draft accepted
         "spec-requant-k3",  # ... and some drafts of a step accepted (issue 31: the draft cache's rewind)
