@@ -45,6 +45,8 @@ REQUIRED_SCENARIOS = {
         "eos-s-stops",
         "kv8-converts-mid-decode",
         "kv4-from-prefill",
+        "long-prompt-chunked",
+        "long-prompt-kv8",
         "rotating-kv",
         "rotating-kv-chunked",  # issue 31: a prefill chunk written into a full ring
         "rotating-kv-turns",  # issue 53: a later turn's prompt written into a wrapped ring
