@@ -120,6 +120,25 @@ def test_unsupported_cache_kinds_run_the_eager_loop(mini: UniversalLlama) -> Non
     assert differing_steps(list(greedy_steps(mini, [5, 6, 7], 2, max_kv_size=8)), fast) == []
 
 
+def test_each_eager_only_cache_is_named_and_a_quantized_cache_decodes_eagerly(mini: UniversalLlama) -> None:
+    """The fallbacks no gate reaches (compiled_decode is scoped away from kv_bits and
+    max_kv_size scenarios, harness/checks/scope.py; coverage-exempt.yaml names this test)."""
+    from models.universal.cache import KVCache
+    from models.universal.quantized_cache import QuantizedKVCache
+
+    assert compiled.eager_only_reasons(None, None, None) == []
+    assert compiled.eager_only_reasons(None, None, [KVCache()]) == []
+    assert compiled.eager_only_reasons(8, None, None) == ["kv_bits: the quantized KV cache decodes eagerly"]
+    assert compiled.eager_only_reasons(None, None, [QuantizedKVCache()]) == [
+        "cache: a kept cache other than plain KVCaches decodes eagerly"
+    ]
+    report = DecodeReport()
+    fast = list(compiled_greedy_steps(mini, [5, 6, 7], 2, kv_bits=8, report=report))
+    assert not report.compiled and "kv_bits" in report.reasons[0]
+    assert differing_steps(list(greedy_steps(mini, [5, 6, 7], 2, kv_bits=8)), fast) == []
+    assert list(compiled_greedy_steps(mini, [5, 6, 7], 0)) == []  # nothing asked, nothing compiled
+
+
 def test_bad_arguments_are_refused_like_greedy_steps(mini: UniversalLlama) -> None:
     with pytest.raises(ValueError, match="variant: expected one of"):
         list(compiled_greedy_steps(mini, [5], 2, variant="fast"))
