@@ -58,35 +58,32 @@ def _write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def _write(spec: TwinSpec, out_dir: Path) -> None:
+def _write_layout(
+    spec: TwinSpec, out_dir: Path, tokenizer: Any, config: dict[str, Any], token_map: dict[str, Any]
+) -> None:
+    """llama-spm-mini's weights, config.json (the padded vocabulary) and this tokenizer.json,
+    tokenizer_config.json (ChatML template, Llama's BOS settings added) and special_tokens_map.json;
+    generation_config.json without an eos_token_id."""
     write_weights(out_dir, spec.shape, spec.seed, spec.quantization, spec.num_shards, None, spec.float_dtype)
     _write_json(out_dir / "config.json", model_config(spec))
-    build_tokenizer("llama").save(str(out_dir / "tokenizer.json"))
-    _write_json(
-        out_dir / "tokenizer_config.json",
-        {
-            "add_bos_token": True,
-            "add_eos_token": False,
-            "bos_token": BOS,
-            "chat_template": CHATML,
-            "clean_up_tokenization_spaces": False,
-            "eos_token": {"__type": "AddedToken", **_token(EOS), "special": True},
-            "image_token": IMAGE,
-            "model_max_length": MAX_POSITIONS,
-            "unk_token": UNK,
-        },
-    )
-    _write_json(
-        out_dir / "special_tokens_map.json",
-        {
-            "additional_special_tokens": [IM_START, IM_END],
-            "bos_token": _token(BOS),
-            "eos_token": _token(EOS),
-            "extra_special_tokens": [IMAGE, {**_token(TOOL)}],
-            "unk_token": _token(UNK),
-        },
-    )
+    tokenizer.save(str(out_dir / "tokenizer.json"))
+    common = {"add_bos_token": True, "add_eos_token": False, "bos_token": BOS, "chat_template": CHATML}
+    common |= {"clean_up_tokenization_spaces": False, "model_max_length": MAX_POSITIONS, "unk_token": UNK}
+    _write_json(out_dir / "tokenizer_config.json", dict(sorted({**common, **config}.items())))
+    _write_json(out_dir / "special_tokens_map.json", token_map)
     _write_json(out_dir / "generation_config.json", {"bos_token_id": SPECIALS.index(BOS)})
+
+
+def _write(spec: TwinSpec, out_dir: Path) -> None:
+    config = {"eos_token": {"__type": "AddedToken", **_token(EOS), "special": True}, "image_token": IMAGE}
+    token_map = {
+        "additional_special_tokens": [IM_START, IM_END],
+        "bos_token": _token(BOS),
+        "eos_token": _token(EOS),
+        "extra_special_tokens": [IMAGE, {**_token(TOOL)}],
+        "unk_token": _token(UNK),
+    }
+    _write_layout(spec, out_dir, build_tokenizer("llama"), config, token_map)
 
 
 LLAMA_LEGACY_TOKENS_MINI = dataclasses.replace(
@@ -100,31 +97,12 @@ LLAMA_LEGACY_TOKENS_MINI = dataclasses.replace(
 
 
 def _write_additional(spec: TwinSpec, out_dir: Path) -> None:
-    write_weights(out_dir, spec.shape, spec.seed, spec.quantization, spec.num_shards, None, spec.float_dtype)
-    _write_json(out_dir / "config.json", model_config(spec))
     tokenizer = build_tokenizer("llama")
     tokenizer.add_tokens([AddedToken(PAD, special=False, normalized=False)])  # id 2048, not special
-    tokenizer.save(str(out_dir / "tokenizer.json"))
-    _write_json(
-        out_dir / "tokenizer_config.json",
-        {
-            "add_bos_token": True,
-            "add_eos_token": False,
-            "additional_special_tokens": [IM_START, {"__type": "AddedToken", **_token(IM_END), "special": True}],
-            "bos_token": BOS,
-            "chat_template": CHATML,
-            "clean_up_tokenization_spaces": False,
-            "eos_token": EOS,
-            "model_max_length": MAX_POSITIONS,
-            "pad_token": PAD,
-            "unk_token": UNK,
-        },
-    )
-    _write_json(
-        out_dir / "special_tokens_map.json",
-        {"bos_token": _token(BOS), "eos_token": _token(EOS), "pad_token": PAD, "unk_token": _token(UNK)},
-    )
-    _write_json(out_dir / "generation_config.json", {"bos_token_id": SPECIALS.index(BOS)})
+    additional = [IM_START, {"__type": "AddedToken", **_token(IM_END), "special": True}]
+    config = {"additional_special_tokens": additional, "eos_token": EOS, "pad_token": PAD}
+    token_map = {"bos_token": _token(BOS), "eos_token": _token(EOS), "pad_token": PAD, "unk_token": _token(UNK)}
+    _write_layout(spec, out_dir, tokenizer, config, token_map)
 
 
 # additional_special_tokens alone (no extra_special_tokens anywhere), one of them an AddedToken

@@ -61,35 +61,37 @@ def _special_tokens_map() -> dict[str, Any]:
     }
 
 
-def _write_files(spec: TwinSpec, out_dir: Path) -> None:
+def _write_llama(spec: TwinSpec, out_dir: Path, tokenizer: Any, config: dict[str, Any], generation: bool) -> None:
+    """llama-spm-mini's weights and config.json with this tokenizer.json and tokenizer_config.json;
+    generation_config.json (BOS and EOS ids) when `generation`."""
     write_weights(out_dir, spec.shape, spec.seed, spec.quantization, spec.num_shards, None, spec.float_dtype)
     _write_json(out_dir / "config.json", model_config(spec))
-    tokenizer = build_tokenizer("llama")
-    tokenizer.enable_padding(pad_id=SPECIALS.index(UNK), pad_token=UNK)
     tokenizer.save(str(out_dir / "tokenizer.json"))
-    config = tokenizer_config("llama")
-    del config["chat_template"]
     _write_json(out_dir / "tokenizer_config.json", config)
     _write_json(out_dir / "special_tokens_map.json", _special_tokens_map())
+    if generation:
+        ids = {"bos_token_id": SPECIALS.index(BOS), "eos_token_id": SPECIALS.index(EOS)}
+        _write_json(out_dir / "generation_config.json", ids)
+
+
+def _write_files(spec: TwinSpec, out_dir: Path) -> None:
+    tokenizer = build_tokenizer("llama")
+    tokenizer.enable_padding(pad_id=SPECIALS.index(UNK), pad_token=UNK)
+    config = tokenizer_config("llama")
+    del config["chat_template"]
+    _write_llama(spec, out_dir, tokenizer, config, generation=False)
     (out_dir / "chat_template.jinja").write_text(CHAT_TEMPLATE, encoding="utf-8")
     (out_dir / TEMPLATE_DIR).mkdir()
     (out_dir / TEMPLATE_DIR / "tool_use.jinja").write_text(TOOL_USE_TEMPLATE, encoding="utf-8")
 
 
 def _write_list(spec: TwinSpec, out_dir: Path) -> None:
-    write_weights(out_dir, spec.shape, spec.seed, spec.quantization, spec.num_shards, None, spec.float_dtype)
-    _write_json(out_dir / "config.json", model_config(spec))
-    build_tokenizer("llama").save(str(out_dir / "tokenizer.json"))
     config = tokenizer_config("llama")
     config["chat_template"] = [
         {"name": "default", "template": CHAT_TEMPLATE},
         {"name": "tool_use", "template": TOOL_USE_TEMPLATE},
     ]
-    _write_json(out_dir / "tokenizer_config.json", config)
-    _write_json(out_dir / "special_tokens_map.json", _special_tokens_map())
-    _write_json(
-        out_dir / "generation_config.json", {"bos_token_id": SPECIALS.index(BOS), "eos_token_id": SPECIALS.index(EOS)}
-    )
+    _write_llama(spec, out_dir, build_tokenizer("llama"), config, generation=True)
 
 
 LLAMA_CHAT_TEMPLATES_MINI = dataclasses.replace(
@@ -120,16 +122,10 @@ LLAMA_TEMPLATE_TWINS = (LLAMA_CHAT_TEMPLATES_MINI, LLAMA_CHAT_TEMPLATE_LIST_MINI
 
 
 def _write_no_prefix(spec: TwinSpec, out_dir: Path) -> None:
-    write_weights(out_dir, spec.shape, spec.seed, spec.quantization, spec.num_shards, None, spec.float_dtype)
-    _write_json(out_dir / "config.json", model_config(spec))
     tokenizer = build_tokenizer("llama")
     tokenizer.post_processor = None
-    tokenizer.save(str(out_dir / "tokenizer.json"))
-    _write_json(out_dir / "tokenizer_config.json", {**tokenizer_config("llama"), "add_prefix_space": False})
-    _write_json(out_dir / "special_tokens_map.json", _special_tokens_map())
-    _write_json(
-        out_dir / "generation_config.json", {"bos_token_id": SPECIALS.index(BOS), "eos_token_id": SPECIALS.index(EOS)}
-    )
+    config = {**tokenizer_config("llama"), "add_prefix_space": False}
+    _write_llama(spec, out_dir, tokenizer, config, generation=True)
 
 
 # The LlamaTokenizer rebuild's other settings: add_prefix_space false (no dummy prefix, no Strip
