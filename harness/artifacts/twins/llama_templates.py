@@ -12,7 +12,9 @@ transformers picks when the request carries tools (`get_chat_template`):
 - `llama-chat-template-list-mini`: both templates as tokenizer_config.json's list form
   `[{"name": ..., "template": ...}]`.
 
-And `llama-mha-mini`, llama-spm-mini's files with as many KV heads as query heads (below).
+And three more twins of one setting each (below): `llama-mha-mini` (as many KV heads as query
+heads), `llama-spm-no-prefix-mini` (the LlamaTokenizer rebuild without a dummy prefix) and
+`minicpm5-gpt2-class-mini` (the GPT2Tokenizer rebuild).
 """
 
 from __future__ import annotations
@@ -29,10 +31,13 @@ from harness.artifacts.twins.llama_spm import (
     LLAMA_SPM_MINI,
     SPECIALS,
     UNK,
+    _token_dict,
+    _write_json,
     build_tokenizer,
     model_config,
     tokenizer_config,
 )
+from harness.artifacts.twins.minicpm5 import MINICPM5_2B_MINI, write_minicpm5
 from harness.artifacts.twins.spec import TwinSpec
 from harness.artifacts.twins.weights import write_weights
 
@@ -48,17 +53,8 @@ TOOL_USE_TEMPLATE = (
 TEMPLATE_DIR = "additional_chat_templates"
 
 
-def _write_json(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
 def _special_tokens_map() -> dict[str, Any]:
-    token = {"lstrip": False, "normalized": False, "rstrip": False, "single_word": False}
-    return {
-        "bos_token": {"content": BOS, **token},
-        "eos_token": {"content": EOS, **token},
-        "unk_token": {"content": UNK, **token},
-    }
+    return {"bos_token": _token_dict(BOS), "eos_token": _token_dict(EOS), "unk_token": _token_dict(UNK)}
 
 
 def _write_llama(spec: TwinSpec, out_dir: Path, tokenizer: Any, config: dict[str, Any], generation: bool) -> None:
@@ -118,7 +114,6 @@ LLAMA_MHA_MINI = dataclasses.replace(
     "the quantized attention's ungrouped path",
     shape=dataclasses.replace(LLAMA_SPM_MINI.shape, num_key_value_heads=2),
 )
-LLAMA_TEMPLATE_TWINS = (LLAMA_CHAT_TEMPLATES_MINI, LLAMA_CHAT_TEMPLATE_LIST_MINI, LLAMA_MHA_MINI)
 
 
 def _write_no_prefix(spec: TwinSpec, out_dir: Path) -> None:
@@ -137,12 +132,9 @@ LLAMA_SPM_NO_PREFIX_MINI = dataclasses.replace(
     "without a post-processor",
     write=_write_no_prefix,
 )
-LLAMA_TEMPLATE_TWINS = (*LLAMA_TEMPLATE_TWINS, LLAMA_SPM_NO_PREFIX_MINI)
 
 
 def _write_gpt2_class(spec: TwinSpec, out_dir: Path) -> None:
-    from harness.artifacts.twins.minicpm5 import write_minicpm5
-
     write_minicpm5(spec, out_dir)
     config = json.loads((out_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
     # add_prefix_space: the rebuilt pre-tokenizer's, where tokenizer.json's has none, so the
@@ -152,18 +144,18 @@ def _write_gpt2_class(spec: TwinSpec, out_dir: Path) -> None:
     )
 
 
-def _gpt2_class_twin() -> TwinSpec:
-    from harness.artifacts.twins.minicpm5 import MINICPM5_2B_MINI
-
-    return dataclasses.replace(
-        MINICPM5_2B_MINI,
-        twin_id="minicpm5-gpt2-class-mini",
-        description="minicpm5-2b-mini's files with tokenizer_class GPT2Tokenizer and add_prefix_space: transformers "
-        "rebuilds its byte-level BPE from the vocabulary and merges (GPT-2's pre-tokenizer, a prefix space)",
-        write=_write_gpt2_class,
-    )
-
-
 # transformers' GPT2Tokenizer rebuild: every gated byte-level tokenizer was loaded as written.
-MINICPM5_GPT2_CLASS_MINI = _gpt2_class_twin()
-LLAMA_TEMPLATE_TWINS = (*LLAMA_TEMPLATE_TWINS, MINICPM5_GPT2_CLASS_MINI)
+MINICPM5_GPT2_CLASS_MINI = dataclasses.replace(
+    MINICPM5_2B_MINI,
+    twin_id="minicpm5-gpt2-class-mini",
+    description="minicpm5-2b-mini's files with tokenizer_class GPT2Tokenizer and add_prefix_space: transformers "
+    "rebuilds its byte-level BPE from the vocabulary and merges (GPT-2's pre-tokenizer, a prefix space)",
+    write=_write_gpt2_class,
+)
+LLAMA_TEMPLATE_TWINS = (
+    LLAMA_CHAT_TEMPLATES_MINI,
+    LLAMA_CHAT_TEMPLATE_LIST_MINI,
+    LLAMA_MHA_MINI,
+    LLAMA_SPM_NO_PREFIX_MINI,
+    MINICPM5_GPT2_CLASS_MINI,
+)
