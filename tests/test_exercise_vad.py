@@ -54,7 +54,7 @@ def _silent(oracle):
 
 
 def test_every_speech_fixture_walks_segments_under_every_option_set(profile, model, goldens) -> None:
-    assert set(profile.speech) == {"fox.wav", "weather.wav", "message.wav", "long.wav"}
+    assert set(profile.speech) == {"fox.wav", "weather.wav", "message.wav", "long.wav", "fox-cut.wav"}
     verdicts = [gate_fixture(profile, model, goldens[f], check_streaming=False) for f in profile.fixtures]
     for verdict in verdicts:
         segments = [c for c in verdict.checks if c.name.startswith("segments[")]
@@ -65,7 +65,7 @@ def test_every_speech_fixture_walks_segments_under_every_option_set(profile, mod
             assert check.details["walked"] == ([AT_LEAST_ONE_SEGMENT] if speech else []), (verdict.fixture, check)
     coverage = segments_coverage(profile, walked_segments(verdicts, profile))
     assert coverage.row is None, coverage.line
-    walkers = "fox.wav, weather.wav, message.wav, long.wav"  # silence and noise rightly have none
+    walkers = "fox.wav, weather.wav, message.wav, long.wav, fox-cut.wav"  # silence and noise rightly have none
     assert coverage.line == (
         "exercise silero-vad segments (at least one segment): "
         + "; ".join(f"segments[{o}]: {walkers}" for o in profile.timestamp_options)
@@ -93,7 +93,8 @@ def test_a_speech_fixture_whose_oracle_segments_are_empty_is_an_error(profile, m
     # in-tree side's 4 segments against none, a FAIL, not an ERROR.
     quiet = dataclasses.replace(profile, speech=tuple(f for f in profile.speech if f != "fox.wav"))
     judged = gate_fixture(quiet, model, _silent(goldens["fox.wav"]), check_streaming=False).checks
-    assert [(c.passed, c.nothing_exercised) for c in judged if c.name.startswith("segments[")] == [(False, False)] * 4
+    segment_verdicts = [(c.passed, c.nothing_exercised) for c in judged if c.name.startswith("segments[")]
+    assert segment_verdicts == [(False, False)] * len(profile.timestamp_options)
 
 
 def test_an_empty_speech_fixture_is_an_error_row_through_make_parity(
