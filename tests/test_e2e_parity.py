@@ -63,6 +63,14 @@ REQUIRED_SCENARIOS = {
         "l2-rotating-quantized-kv-chunked",  # issue 53: multi-token writes into a full quantized ring
         "l2-rotating-quantized-kv-short",  # ... and its growth after a short prompt
         "response-arguments",  # issue 53: the tool parser's argument typing (anyOf, boolean schemas, null)
+        "compiled-one-token-forced",  # issue 53 sweep: compiled decode after a one-token prompt
+        "long-prompt-kv8-chunked",  # ... a quantized KV cache written by prefill chunks
+        "reasoning-alias",  # ... the chat template's reasoning argument
+        "multibyte-byte-zero",  # ... a byte-fallback token 0x00 in the stream
+        "response-unquoted-names",  # ... tool names the parser unquotes
+        "l2-rotating-quantized-kv-converted",  # ... a float ring converted to quantized, then wrapped
+        "l2-rotating-quantized-kv-one-token",  # ... the first write into an empty quantized ring
+        "l2-ngram-draft-run-ahead",  # ... n-gram drafts rejected, then run ahead
     },
     "whisper-tiny-en": {
         "fox-greedy",

@@ -245,7 +245,7 @@ def tool_format(tokenizer: Any, settings: dict[str, Any]) -> str | None:
     if settings.get("tool_parser_type"):
         return settings["tool_parser_type"]
     templates = tokenizer.chat_templates
-    if len(templates) == 1:  # several templates are a mapping there, never searched
+    if not tokenizer.templates_by_name:  # one template held as a string; a mapping is never searched
         template = next(iter(templates.values()))
         for name, alternatives in _TEMPLATE_FORMATS:
             if any(all(s in template for s in strings) for strings in alternatives):

@@ -53,6 +53,7 @@ class ChatTokenizer:
         eos_token_ids: frozenset[int],
         clean_up_tokenization_spaces: bool = False,
         decoder: object = None,
+        templates_by_name: bool | None = None,
     ):
         self.backend = backend
         # tokenizer.json's own decoder, which picks mlx-lm's streaming detokenizer (transformers
@@ -60,6 +61,9 @@ class ChatTokenizer:
         self.decoder = decoder
         self.special_tokens_map = special_tokens
         self.chat_templates = chat_templates
+        # Whether transformers holds the templates as a mapping (names) rather than one string:
+        # one `default` alone is a string, unless tokenizer_config.json listed it.
+        self.templates_by_name = set(chat_templates) != {"default"} if templates_by_name is None else templates_by_name
         self._eos_token_ids = eos_token_ids
         self.clean_up_tokenization_spaces = clean_up_tokenization_spaces
 
@@ -82,7 +86,12 @@ class ChatTokenizer:
         settings.pop("add_bos_token", None)
         settings.pop("add_eos_token", None)
 
-        templates = _chat_templates(path, settings.pop("chat_template", None))
+        config_templates = settings.pop("chat_template", None)
+        templates = _chat_templates(path, config_templates)
+        # transformers keeps tokenizer_config.json's list as a mapping, even of one template
+        listed = isinstance(config_templates, list) and list(templates.items()) == [
+            (t.get("name"), t.get("template")) for t in config_templates if isinstance(t, dict)
+        ]
         tokenizer_json = json.loads(tokenizer_json_text)
         added_tokens = _added_tokens_decoder(path, settings, tokenizer_json)
         special = _special_tokens(settings, added_tokens, kind)
@@ -112,6 +121,7 @@ class ChatTokenizer:
             eos_ids,
             clean_up_tokenization_spaces=bool(settings.get("clean_up_tokenization_spaces", False)),
             decoder=tokenizer_json.get("decoder"),
+            templates_by_name=True if listed else None,
         )
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
@@ -185,10 +195,19 @@ class ChatTokenizer:
         """The prompt text, as apply_chat_template(..., tokenize=False) returns it.
 
         The template sees the special tokens (bos_token, eos_token, ...) and then
-        `template_kwargs`, which win on a clash, as in transformers.
+        `template_kwargs`, which win on a clash, as in transformers. A `chat_template` among them
+        is apply_chat_template's option, taken as transformers' get_chat_template takes it: the
+        name of one of a mapping's templates picks it, any other string is the template itself.
         """
+        chosen = template_kwargs.pop("chat_template", None)
+        if chosen is None:
+            source = self.chat_template(template_name, tools)
+        elif self.templates_by_name and chosen in self.chat_templates:
+            source = self.chat_template(chosen)
+        else:
+            source = chosen
         return chat_template.render(
-            self.chat_template(template_name, tools),
+            source,
             messages,
             add_generation_prompt=add_generation_prompt,
             tools=tools,
