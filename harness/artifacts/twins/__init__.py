@@ -25,6 +25,7 @@ import tokenizers
 
 from harness.artifacts.family import detect_family
 from harness.artifacts.twins.llama_legacy import LLAMA_ADDITIONAL_TOKENS_MINI, LLAMA_LEGACY_TOKENS_MINI
+from harness.artifacts.twins.llama_odd_forms import ODD_FORM_TWINS
 from harness.artifacts.twins.llama_rope import LLAMA_ROPE_TWINS
 from harness.artifacts.twins.llama_spm import LLAMA_SPM_TWINS
 from harness.artifacts.twins.llama_templates import LLAMA_TEMPLATE_TWINS
@@ -63,6 +64,7 @@ TWINS: dict[str, TwinSpec | WhisperTwinSpec] = {
         LLAMA_LEGACY_TOKENS_MINI,
         LLAMA_ADDITIONAL_TOKENS_MINI,
         *LLAMA_TEMPLATE_TWINS,
+        *ODD_FORM_TWINS,
     )
 }
 
