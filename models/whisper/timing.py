@@ -70,14 +70,14 @@ def median_filter(x: np.ndarray, filter_width: int) -> np.ndarray:
 
 def dtw(cost_matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The cheapest monotonic path through `cost_matrix` `[N, M]` (float32), from (0, 0) to
-    (N-1, M-1): (row indices, column indices), int64, one entry per step.
-
+    (N-1, M-1): (row indices, column indices), int64, one entry per step. With M = 0 (a window of
+    one Mel frame has no audio position) every row gets column -1, as the reference's backtrace.
     Accumulated costs are float32 as in the reference; a cell's cost depends only on its
     upper, left and upper-left neighbours, so whole anti-diagonals are computed at once.
     """
     x = np.asarray(cost_matrix, dtype=np.float32)
-    if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
-        raise ValueError(f"dtw needs a non-empty 2-D cost matrix, got shape {x.shape}")
+    if x.ndim != 2 or x.shape[0] == 0:
+        raise ValueError(f"dtw needs a non-empty 2-D cost matrix (at least one row), got shape {x.shape}")
     n, m = x.shape
     cost = np.full((n + 1, m + 1), np.inf, dtype=np.float32)
     cost[0, 0] = 0
