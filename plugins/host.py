@@ -16,7 +16,7 @@ The factory (called once, with no arguments) returns an object with:
   record meta when the run is teacher-forced: feed its `tokens`.
 
 An exception in `load` or `run` is answered as an `error` (its type and message); the host
-serves on.
+serves on. Anything the package prints on stdout goes to stderr (`guard_stdout`).
 """
 
 import importlib
@@ -33,9 +33,24 @@ RECORDS_VERSION = 1
 MESSAGE_CHARS = 10_000  # of an error's message: a line is at most 1 MiB (docs/protocol.md), a refusal stays one
 
 
+PROTOCOL_OUT = sys.stdout  # guard_stdout() swaps in a private handle on fd 1 before any import
+
+
 def say(message):
-    sys.stdout.write(json.dumps(message) + "\n")
+    PROTOCOL_OUT.write(json.dumps(message) + "\n")
+    PROTOCOL_OUT.flush()
+
+
+def guard_stdout():
+    """The protocol owns stdout (docs/protocol.md): keep a private handle on fd 1 and point fd 1
+    and sys.stdout at stderr, so that a package printing while it loads or runs (a `print`, a
+    progress bar, a C library writing to fd 1) lands in the stderr tail the harness quotes
+    instead of breaking the protocol."""
+    global PROTOCOL_OUT
     sys.stdout.flush()
+    PROTOCOL_OUT = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    sys.stdout = sys.stderr
 
 
 def environment(extra):
@@ -134,6 +149,7 @@ def select_device():
 def main():
     if len(sys.argv) < 2 or ":" not in sys.argv[1]:
         sys.exit("usage: host.py package.module:factory [FOLDER...]")
+    guard_stdout()
     select_device()
     sys.path[:0] = sys.argv[2:]
     module, _, name = sys.argv[1].partition(":")

@@ -91,6 +91,17 @@ def test_a_python_factory_is_served_by_the_host_and_its_own_failure_is_that_scen
     session.release("tiny")
 
 
+def test_a_factory_printing_on_stdout_does_not_break_the_protocol(isolated: Path) -> None:
+    # external-2 F5: chuk-lazarus printed while loading and broke the protocol ("answered 'load'
+    # with 'Loading ...'"); the host points fd 1 and sys.stdout at stderr before any import.
+    host = [sys.executable, "-I", str(HOST), "fake_factory:chatty", str(FAKES)]
+    _profile(isolated, {"name": "chatty", "command": host})
+    session = fake_session(isolated)
+    profile = session.profile("tiny")
+    assert all(session.run_check(profile, profile.scenario("plain"), c).passed for c in CHECKS)
+    session.release("tiny")
+
+
 @pytest.mark.parametrize(
     ("mode", "error", "expected"),
     [

@@ -42,3 +42,23 @@ def failing_chat() -> Replay:
 
 def failing_chat_at_length() -> Replay:
     return Replay(fail_on="chat", fail_with="no " * 700_000)  # 2.1 MB: over a protocol line's cap
+
+
+class Chatty(Replay):
+    """Prints on stdout as packages do (chuk-lazarus's verbose `from_pretrained`), by `print` and
+    by a C-level write to fd 1: the host must keep both off the protocol."""
+
+    def load(self, model_dir: str) -> None:
+        print(f"Loading {model_dir} ...")
+        import os
+
+        os.write(1, b"fd 1: weights mapped\n")
+        super().load(model_dir)
+
+    def run(self, spec: dict, forced: dict | None, decode: str) -> dict:
+        print(f"running {spec['id']}", flush=True)
+        return super().run(spec, forced, decode)
+
+
+def chatty() -> Chatty:
+    return Chatty()
