@@ -20,6 +20,11 @@ def _record(tokens: list[int], **extra) -> ScenarioRecord:
     return ScenarioRecord("s", None, [5, 6], list(tokens), logits, [3], extra=dict(extra))
 
 
+def _prompt(ids: list[int]) -> ScenarioRecord:
+    """A one-token run after the prompt `ids` (no rendered text)."""
+    return ScenarioRecord("s", None, list(ids), [1], np.eye(4, dtype=np.float32)[[1]], [3])
+
+
 def _turn(text: str, ids: list[int]) -> dict:
     return {"rendered_prompt": text, "prompt_ids": ids}
 
@@ -39,7 +44,10 @@ def test_the_turn_whose_prompt_differs_is_named() -> None:
     actual = _record([1, 2], turns=[_turn("<u>a", [5]), _turn("<u>b", [6, 8])])
     result = compare_prompt("prompt_identity", golden, actual)
     assert not result.passed
-    assert result.summary.startswith("turn 1: prompt token ids differ at position 1: oracle [7] vs in-tree [8]")
+    assert result.summary.startswith(
+        "turn 1: prompt token ids differ at position 1: oracle [6, 7] vs in-tree [6, 8] from position 0"
+        " (lengths 2 vs 2)"
+    )
     assert result.details == {"oracle": [6, 7], "intree": [6, 8]}
     same = compare_prompt("prompt_identity", golden, dataclasses.replace(golden))
     assert same.passed and same.summary == "2 turns' rendered prompts and 3 token ids identical"
@@ -82,3 +90,25 @@ def test_a_row_outside_every_ranked_call_is_classified_as_a_greedy_flip() -> Non
     assert flip["near_tie"] is True and flip["oracle_margin"] == 1.0 and flip["margin_shift"] == 1.5
     inside = classify_flip(golden, _record([0, 1, 2], decode_calls=[call]), 0)
     assert inside["ranked"] == 2 and inside["near_tie"] is False
+
+
+def test_a_doubled_bos_is_shown_with_the_shared_one_and_named() -> None:
+    """external-2 F12: chuk-lazarus's chat prompt began [1, 1, 317, ...] where the oracle's began
+    [1, 317, ...]; the window starting at the difference hid the shared BOS, so a doubled BOS read
+    as a single added one. The window now starts before the difference and the insertion is named."""
+    golden = _prompt([1, 317, 42, 9])
+    actual = _prompt([1, 1, 317, 42, 9])
+    result = compare_prompt("prompt_identity", golden, actual)
+    assert not result.passed
+    assert result.summary == (
+        "prompt token ids differ at position 1: oracle [1, 317, 42, 9] vs in-tree [1, 1, 317, 42, 9] from position 0"
+        " (lengths 4 vs 5); in-tree has one extra token 1 at position 1"
+        " (token 1 twice in a row: added both by the template and by the tokenizer?)"
+    )
+    dropped = compare_prompt("prompt_identity", actual, golden)
+    assert dropped.summary.endswith(
+        "; the oracle has one extra token 1 at position 1"
+        " (token 1 twice in a row: added both by the template and by the tokenizer?)"
+    )
+    other = compare_prompt("prompt_identity", golden, _prompt([1, 318, 42, 9]))
+    assert "extra" not in other.summary

@@ -168,21 +168,38 @@ def compare_prompt(check: str, golden: ScenarioRecord, actual: ScenarioRecord) -
 def _prompt_difference(
     check: str, golden_text: str | None, golden_ids: list[int], actual_text: str | None, actual_ids: list[int]
 ) -> CheckResult | None:
-    """The rendered text first (20 characters around the difference), then the token ids (5)."""
+    """The rendered text first (20 characters around the difference), then the token ids (3
+    before, 5 from the difference on, so a shared leading BOS stays in view), with a one-token
+    insertion or deletion named (a doubled BOS reads as one, not as a different first token)."""
     for what, unit, g, t, before, after in (
         ("rendered prompts", "character", golden_text or "", actual_text or "", 20, 20),
-        ("prompt token ids", "position", golden_ids, actual_ids, 0, 5),
+        ("prompt token ids", "position", golden_ids, actual_ids, 3, 5),
     ):
         if g != t:
             at = _first_difference(g, t)
+            shown = f" from position {max(0, at - before)}" if unit == "position" else ""
             return CheckResult(
                 check,
                 False,
                 f"{what} differ at {unit} {at}: oracle {_around(g, at, before, after)} vs in-tree "
-                f"{_around(t, at, before, after)} (lengths {len(g)} vs {len(t)})",
+                f"{_around(t, at, before, after)}{shown} (lengths {len(g)} vs {len(t)}){_one_more(g, t, at, unit)}",
                 details={"oracle": g, "intree": t},
             )
     return None
+
+
+def _one_more(g: Any, t: Any, at: int, unit: str) -> str:
+    """`; in-tree has one extra token 1 at position 1 (token 1 twice: ...)` where one side is the
+    other with one element inserted at the first difference; empty otherwise."""
+    for side, longer, shorter in (("in-tree", t, g), ("the oracle", g, t)):
+        if len(longer) == len(shorter) + 1 and longer[:at] + longer[at + 1 :] == shorter:
+            extra = longer[at]
+            what = f"token {extra}" if unit == "position" else f"character {extra!r}"
+            twice = ""
+            if at > 0 and longer[at - 1] == extra:
+                twice = f" ({what} twice in a row: added both by the template and by the tokenizer?)"
+            return f"; {side} has one extra {what} at {unit} {at}{twice}"
+    return ""
 
 
 def _around(seq: Any, at: int, before: int, after: int) -> str:
