@@ -59,6 +59,34 @@ def test_a_missing_tensor_fails_on_either_side() -> None:
     assert not missing_intree.passed and "in-tree record has no 'mel'" in missing_intree.summary
 
 
+def test_a_longer_first_axis_compares_the_rows_both_have_and_shows_the_padding() -> None:
+    """external-2 F9: funasr-mlx's log-mel had 3582 frames against mlx-whisper's 3000 and the report
+    gave only the two shapes; the decisive difference (the padding: the mel of silence, -0.702,
+    where the oracle pads the log-mel with zeros) took a by-hand script. Scaled down: 6 rows of
+    speech, the oracle's 4 padding rows zero, the in-tree's 7 rows of -0.702."""
+    speech = _mel((6, 5))
+    oracle = np.concatenate([speech, np.zeros((4, 5), np.float32)])
+    intree = np.concatenate([speech, np.full((7, 5), -0.702, np.float32)])
+    result = compare_array("mel", _record({"mel": oracle}), _record({"mel": intree}), "mel")
+    assert not result.passed and result.summary.startswith("wrong tensor: oracle (10, 5) float32 vs in-tree (13, 5)")
+    assert "the first 10 rows, which both have, differ in 4: first row 6 (max |Δ| 0.702)" in result.summary
+    assert "at row 6: oracle 0 throughout vs in-tree -0.702 throughout" in result.summary
+    assert result.summary.endswith("the in-tree's 3 rows past them hold -0.702 throughout")
+    same = compare_array("mel", _record({"mel": oracle}), _record({"mel": speech}), "mel")
+    assert "the first 6 rows, which both have, are bit-identical; the oracle's 4 rows past them hold 0 throughout" in (
+        same.summary
+    )
+    other_width = compare_array("mel", _record({"mel": speech}), _record({"mel": _mel((6, 4))}), "mel")
+    assert "rows, which both have" not in other_width.summary
+    for golden, got in ((np.zeros((0, 5), np.float32), speech), (np.float32(1.0), np.ones(1, np.float32))):
+        nothing_shared = compare_array("mel", _record({"mel": np.asarray(golden)}), _record({"mel": got}), "mel")
+        assert not nothing_shared.passed and "rows, which both have" not in nothing_shared.summary
+    no_width = compare_array(
+        "mel", _record({"mel": np.zeros((2, 0), np.float32)}), _record({"mel": np.zeros((3, 0), np.float32)}), "mel"
+    )
+    assert no_width.summary.endswith("are bit-identical; the in-tree's 1 rows past them hold no values")
+
+
 @pytest.mark.parametrize("other", [np.zeros((2, 3), np.float32), np.zeros((2, 2), np.float16)])
 def test_another_shape_or_dtype_is_a_wrong_tensor(other: np.ndarray) -> None:
     mine = np.zeros((2, 2), np.float32)

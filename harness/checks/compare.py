@@ -266,7 +266,7 @@ def compare_array(check: str, golden: ScenarioRecord, actual: ScenarioRecord, na
         return CheckResult(check, False, f"wrong tensors: the in-tree record has no {name!r} tensor")
     expected, got = golden.arrays[name], actual.arrays[name]
     if expected.shape != got.shape or expected.dtype != got.dtype:
-        return CheckResult(check, False, diff_vectors(expected, got).explain())
+        return CheckResult(check, False, diff_vectors(expected, got).explain() + _shared_rows(expected, got))
     parts = [expected] if expected.ndim < 3 else list(expected)
     mine = [got] if got.ndim < 3 else list(got)
     bad = [
@@ -287,6 +287,40 @@ def compare_array(check: str, golden: ScenarioRecord, actual: ScenarioRecord, na
         steps_differing=len(bad),
         details={"first_diff": asdict(diff)},
     )
+
+
+def _shared_rows(expected: np.ndarray, got: np.ndarray) -> str:
+    """For tensors that differ only in their first axis's length (a log-mel of 3582 frames against
+    3000): the rows both have, compared bit for bit (how many differ, the first, the one with the
+    largest |Δ| and its values), and what the longer side's extra rows hold. Empty otherwise."""
+    if expected.dtype != got.dtype or expected.ndim == 0 or expected.shape[1:] != got.shape[1:]:
+        return ""
+    n = min(expected.shape[0], got.shape[0])
+    if n == 0:
+        return ""
+    same = (raw_bits(expected[:n]).reshape(n, -1) == raw_bits(got[:n]).reshape(n, -1)).all(axis=1)
+    text = f"; the first {n} rows, which both have, "
+    if same.all():
+        text += "are bit-identical"
+    else:
+        e, a = (x[:n].reshape(n, -1).astype(np.float64) for x in (expected, got))
+        delta = np.nan_to_num(np.abs(e - a), nan=np.inf).max(axis=1)
+        first, worst = int(np.argmin(same)), int(np.argmax(delta))
+        text += (
+            f"differ in {int((~same).sum())}: first row {first} (max |Δ| {delta[first]:.3g}), largest |Δ| "
+            f"{delta[worst]:.3g} at row {worst}: oracle {_row_values(e[worst])} vs in-tree {_row_values(a[worst])}"
+        )
+    side, longer = ("in-tree", got) if got.shape[0] > n else ("oracle", expected)
+    return text + f"; the {side}'s {longer.shape[0] - n} rows past them hold {_row_values(longer[n:].reshape(-1))}"
+
+
+def _row_values(values: np.ndarray) -> str:
+    values = np.asarray(values, dtype=np.float64)
+    if not values.size:
+        return "no values"
+    if np.all(values == values[0]):
+        return f"{values[0]:.4g} throughout"
+    return f"values from {np.nanmin(values):.4g} to {np.nanmax(values):.4g}"
 
 
 def first_json_difference(expected: Any, actual: Any, path: str = "") -> tuple[str, Any, Any] | None:
