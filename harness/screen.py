@@ -121,6 +121,7 @@ def failure_block(row: dict[str, Any], width: int) -> list[Line]:
     lines = [Line(head, "red" if outcome == "FAIL" else "yellow")]
     text: list[str] = []
     diff = _vector_diff(row)
+    logits = "first_step_diff" in (row.get("details") or {})  # per-step logits rows, not one tensor
     if diff is not None and not diff.get("shape_mismatch"):
         details = row.get("details") or {}
         step = row.get("first_bad_step")
@@ -129,10 +130,11 @@ def failure_block(row: dict[str, Any], width: int) -> list[Line]:
         steps = f" ({counted[0]}/{counted[1]} steps differ)" if all(c is not None for c in counted) else ""
         text += _labelled("differs", f"{where}{steps}: {diff['n_differing']}/{diff['n_elements']} elements", width)
         biggest, scale = diff.get("max_abs_diff"), _number(diff.get("expected_range"))
+        values = "logit" if logits else "value"  # a log-mel or encoder output has values, not logits
         if not _finite(biggest):  # NaN or ±Infinity on a side: no distance to set against the range
-            of_range = " (non-finite logits)"
+            of_range = f" (non-finite {values}s)"
         elif scale and math.isfinite(scale):
-            of_range = f" ({_g(_number(biggest) / scale)} of the logit range {_g(scale)})"
+            of_range = f" ({_g(_number(biggest) / scale)} of the {values} range {_g(scale)})"
         else:
             of_range = ""
         text += _labelled("by", f"max |Δ| {_g(biggest)}{of_range}, max ULP {diff['max_ulp']}", width)
@@ -148,7 +150,7 @@ def failure_block(row: dict[str, Any], width: int) -> list[Line]:
     module = _module(row)
     if module is not None:
         text += _labelled("module", module, width)
-    if diff is not None and diff.get("expected_top5"):
+    if diff is not None and logits and diff.get("expected_top5"):
         text += _labelled("oracle", "top-5 " + _top(diff["expected_top5"]), width, max_lines=2)
         text += _labelled("in-tree", "top-5 " + _top(diff["actual_top5"]), width, max_lines=2)
     stats = _step_stats(row)

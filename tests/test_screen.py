@@ -183,3 +183,35 @@ def test_m1_p13_p17_non_finite_logits_render_the_whole_screen(case: str, mode: s
     assert text[-1] == "FAIL fakeplug: 1 failed, 0 passed of 1"
     if mode in ("nan_all", "neginf_row"):  # no logit finite on both sides: no KL, said so
         assert any("KL(oracle‖in-tree) none" in line for line in text), text
+
+
+def test_a_tensor_failure_speaks_of_values_not_logits() -> None:
+    """external-2 F11: the encoder_output failure read "max |diff| 15.2 (0.665 of the logit range
+    22.9)" and listed a top-5 over the flattened 1x1500x384 tensor; a tensor's block speaks of its
+    value range and shows no top-5, in the screen and in the summary."""
+    import datetime as dt
+
+    import numpy as np
+
+    from harness.checks.compare import compare_array
+    from harness.pytest_items import _details
+    from harness.records import ScenarioRecord
+    from harness.report import ItemResult, build_report
+
+    oracle = np.random.default_rng(1).standard_normal((1, 30, 8)).astype(np.float32)
+    in_tree = oracle.copy()
+    in_tree[0, 4, 2] += 0.5
+    records = [
+        ScenarioRecord("fox", None, [1], [1], np.zeros((1, 4), np.float32), [0], arrays={"enc": x})
+        for x in (oracle, in_tree)
+    ]
+    result = compare_array("encoder_output", *records, "enc")
+    assert not result.passed and "top-5" not in result.summary, result.summary
+    row = ItemResult(
+        "fakeplug", "fox", "encoder_output", "L1", "mlx-whisper", "failed", result.summary, 0, details=_details(result)
+    )
+    report = json.loads(json.dumps(build_report([row], {"models": ["fakeplug"]}, dt.datetime.now(dt.UTC))))
+    text = [line.text for line in render(report, 100, "report: reports/x.json")]
+    by = next(line for line in text if line.startswith("  by "))
+    assert "of the value range" in by and "logit" not in by, by
+    assert not any("top-5" in line for line in text), text

@@ -73,16 +73,18 @@ class VectorDiff:
     shape_mismatch: str | None = None
     expected_range: float | None = None  # max - min of the oracle's finite values: the scale of |diff|
 
-    def explain(self) -> str:
+    def explain(self, logits: bool = True) -> str:
+        """`logits=False` for a tensor that is not a logits row (a log-mel, an encoder output):
+        no top-5, which means nothing over a flattened tensor."""
         if self.shape_mismatch:
             return self.shape_mismatch
         if self.equal:
             return f"all {self.n_elements} elements bit-identical"
+        top = f"; oracle top-5 {fmt_top(self.expected_top5)}; in-tree top-5 {fmt_top(self.actual_top5)}"
         return (
             f"{self.n_differing}/{self.n_elements} elements differ; max |diff| {self.max_abs_diff:.6g}, "
             f"max rel {self.max_rel_diff:.3g}, max ULP {self.max_ulp}; first at index {self.first_index}: "
-            f"oracle {self.expected_value!r} vs in-tree {self.actual_value!r}; "
-            f"oracle top-5 {fmt_top(self.expected_top5)}; in-tree top-5 {fmt_top(self.actual_top5)}"
+            f"oracle {self.expected_value!r} vs in-tree {self.actual_value!r}" + (top if logits else "")
         )
 
 
@@ -281,7 +283,7 @@ def compare_array(check: str, golden: ScenarioRecord, actual: ScenarioRecord, na
     return CheckResult(
         check,
         False,
-        f"{what} differs{where}: {diff.explain()}",
+        f"{what} differs{where}: {diff.explain(logits=False)}",
         first_bad_step=first,
         steps_compared=len(parts),
         steps_differing=len(bad),
