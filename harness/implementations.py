@@ -30,6 +30,23 @@ SPEECH = "speech"  # a Whisper transcription: decode calls, their steps' logits,
 VAD = "vad"  # speech probabilities per audio chunk, and the segments cut from them
 RECORD_KINDS = (LLM, SPEECH, VAD)
 
+# The kinds of run an implementation may serve (its capabilities; harness/capabilities.py says which
+# a check needs on a scenario). A check needing a kind its implementation does not serve is refused
+# when the profile loads (or at the plug-in's hello), never run into an ERROR.
+RUN_KINDS = {
+    "free": "runs a scenario greedily on its own tokens",
+    "teacher_forced": "runs a scenario fed the golden's tokens (its own logits)",
+    "stopped": "stops at EOS inside the step budget (a scenario's `stop:`)",
+    "batched": "runs a scenario's `batch:` prompts together",
+    "compiled": "has a second, compiled decode loop (decode 'compiled')",
+    "streamed": "transcribes audio fed in chunks (the streaming transcriber)",
+    "writers": "its own subtitle writers (txt, vtt, srt, tsv, json), run on its transcript",
+    "vad": "a VAD's per-chunk probabilities and segments",
+}
+# A plug-in that declares nothing (docs/protocol.md): what every plug-in served before it could say;
+# `compiled` besides where its hello's `decodes` names it.
+UNDECLARED_SERVES = ("free", "teacher_forced")
+
 
 @dataclass(frozen=True)
 class ImplementationDescriptor:
@@ -45,6 +62,10 @@ class ImplementationDescriptor:
       plain oracle's reference path, within a budget whose every difference is explained).
     - `localizes`: it has module taps, so a failing step is localized to the first diverging
       module (without them, the report says localization is unavailable).
+    - `serves`: the run kinds it serves (RUN_KINDS): a check needing another is refused by the
+      profile loader; a plug-in's come from its profile's `serves:` or its hello.
+    - `fields`: the optional record arrays it writes (e.g. `mel`, `encoder`); None: not declared
+      (every check reads what it finds).
     """
 
     name: str
@@ -54,9 +75,12 @@ class ImplementationDescriptor:
     compositions: tuple[str, ...] = ()
     localizes: bool = False
     plugin: Plugin | None = None  # run in its own process over docs/protocol.md (a profile's own)
+    serves: tuple[str, ...] = UNDECLARED_SERVES
+    fields: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         assert self.produces in RECORD_KINDS, self.produces
+        assert set(self.serves) <= set(RUN_KINDS), self.serves
 
     def runner_class(self) -> Any:
         module, _, attribute = self.runner.partition(":")
@@ -82,6 +106,9 @@ class Plugin:
       plugins/host.py in the venv built from `requirements` (never the project's venv);
       `path` lists folders (relative to the repository) put on its sys.path.
     - `produces`: the records it makes (`llm` or `speech`).
+    - `serves`, `fields`: its capabilities (ImplementationDescriptor), where the profile declares
+      them: checked when the profile loads. Absent, its hello's `serves`/`fields` decide, and a
+      hello that declares nothing serves UNDECLARED_SERVES (plus `compiled` where it decodes so).
     """
 
     command: list[str] | None = None
@@ -92,9 +119,14 @@ class Plugin:
     name: str = ""
     load_timeout_s: float = 600.0
     run_timeout_s: float = 600.0
+    serves: list[str] | None = None
+    fields: list[str] | None = None
     # The mlx of its comparisons when its profile's oracle is a variant pinning another than the
     # project's (set by the profile loader, never by a profile: harness/oracle/pins.py comparison_mlx).
     _comparison_mlx: str | None = None
+    # What its profile's checks need, (where, check, run kind or field) each, checked against its
+    # hello's capabilities (set by the profile loader: harness/capabilities.py).
+    _needs: tuple[tuple[str, str, str], ...] = ()
 
     def validate(self, where: str) -> None:
         if (self.command is None) == (self.python is None):
@@ -118,6 +150,9 @@ class Plugin:
                     f"{where}.{key}: expected printable text (no control characters such as ESC or a newline), "
                     f"got {text!r}"
                 )
+        if self.serves is not None and not set(self.serves) <= set(RUN_KINDS):
+            unknown = sorted(set(self.serves) - set(RUN_KINDS))
+            raise ProfileError(f"{where}.serves: unknown run kind(s) {unknown}; known: {list(RUN_KINDS)}")
         for key in ("load_timeout_s", "run_timeout_s"):
             if not getattr(self, key) > 0:
                 raise ProfileError(f"{where}.{key}: expected a number of seconds > 0, got {getattr(self, key)!r}")
@@ -135,6 +170,8 @@ def of_plugin(plugin: Plugin) -> ImplementationDescriptor:
         runner="harness.runners.process:ProcessRunner",
         package="",
         plugin=plugin,
+        serves=tuple(plugin.serves) if plugin.serves is not None else UNDECLARED_SERVES,
+        fields=tuple(plugin.fields) if plugin.fields is not None else None,
     )
 
 
@@ -147,6 +184,7 @@ IMPLEMENTATIONS = {
             runner="harness.runners.llama:LlamaRunner",
             package="models/universal",
             localizes=True,
+            serves=("free", "teacher_forced", "stopped", "batched", "compiled"),
         ),
         ImplementationDescriptor(
             "whisper",
@@ -154,12 +192,14 @@ IMPLEMENTATIONS = {
             runner="harness.runners.whisper:WhisperRunner",
             package="models/whisper",
             compositions=("whisper-fast",),
+            serves=("free", "teacher_forced", "streamed", "writers"),
         ),
         ImplementationDescriptor(
             "silero-vad",
             produces=VAD,
             runner="harness.vad_session:VadRun",
             package="models/vad",
+            serves=("vad",),
         ),
     )
 }

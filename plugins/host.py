@@ -8,7 +8,11 @@ The factory (called once, with no arguments) returns an object with:
 
 - `info` (optional dict): `name`, `version`, `produces` ("llm" or "speech", default "llm"),
   `decodes` (default ["eager"]), `environment` (merged over what the host finds: mlx's version
-  and default device, which is `MLX_PARITY_DEVICE`'s where that is set);
+  and default device, which is `MLX_PARITY_DEVICE`'s where that is set); `serves`, the run kinds
+  it serves (docs/protocol.md, hello: `free`, `teacher_forced`, `stopped`, `batched`, `compiled`,
+  ...; absent: free and teacher-forced, and compiled where `decodes` names it), and `fields`, the
+  optional record arrays it writes (absent: not declared), both passed on in its hello: a profile
+  check needing a run it does not serve is refused there, before `load`;
 - `load(model_dir: str) -> None`;
 - `run(spec: dict, forced: dict | None, decode: str) -> dict`: the record's meta (docs/records.md:
   `rendered_prompt`, `prompt_ids`, `tokens`, `eos_ids`, optional fields) plus `logits` (a 2-D
@@ -108,6 +112,7 @@ def serve(impl, lines):
                         "decodes": list(info.get("decodes", ["eager"])),
                         "taps": False,
                     }
+                    | {key: list(info[key]) for key in ("serves", "fields") if key in info}
                 )
             elif op == "load":
                 impl.load(message["model_dir"])

@@ -43,7 +43,8 @@ Each record's `dspark` field counts the drafts proposed and accepted (dspark's `
 generator note, not kept in the record), also said on stderr and, where DSPARK_STATS names a file,
 appended to it.
 Free runs only: dspark's loop picks every token itself and has no way to be fed another run's
-tokens, so a teacher-forced run is refused (its profile leaves the teacher-forced checks out).
+tokens, so a teacher-forced run is refused: its `info` says it serves free runs only, so a
+profile naming a teacher-forced check is refused at its hello (its profiles leave them out).
 Greedy and no EOS stop, as the oracle's `generate_step`: `eos_id=None`, `max_new_tokens=n`.
 """
 
@@ -148,6 +149,7 @@ class DSpark:
             "name": "dspark-mlx",
             "version": versions["dspark-mlx"],
             "produces": "llm",
+            "serves": ["free"],  # its loop picks every token: no teacher-forced run (plugins/host.py)
             "environment": versions
             | {"adapter": "examples/dspark/adapter.py", "drafter": f"{mode} twin (qwen3 drafter, seed {SEED})"},
         }

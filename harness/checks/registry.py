@@ -74,6 +74,8 @@ class Check:
     judge_runs: ContextJudge | None = None
     needs: tuple[str, ...] = ()
     applies: scope.Scope | None = None  # named on a scenario it cannot judge: why (a profile error)
+    # Run kinds it needs of the implementation beyond the runs in `needed` (harness/capabilities.py).
+    also_runs: tuple[str, ...] = ()
     wanted: scope.Scope | None = None  # not named on a scenario that asks for it: why (a profile error)
 
     @property
@@ -224,7 +226,8 @@ _TABLE = (
                          "tests/test_exercise_words.py::"
                          "test_truncated_milliseconds_fail_the_writers_gate_only_where_the_path_is_walked"),
           exercises=WRITERS,
-          judge_runs=_judge_writers, needs=(ORACLE_JOB,), wanted=scope.writers_wanted),
+          judge_runs=_judge_writers, needs=(ORACLE_JOB,), wanted=scope.writers_wanted,
+          also_runs=("free", "writers")),
     Check("streamed_transcript", "the streaming transcriber (1, 7, 30 s chunks) against the batch run, in-tree",
           "session", (SPEECH,), "bits",
           failing_tests=("tests/test_whisper_stream.py::test_a_stream_that_drops_the_last_window_fails_the_gate",),

@@ -10,6 +10,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, Union
 
+from harness import capabilities
 from harness.checks import registry
 from harness.errors import OracleError, ProfileError, UnknownModelError, unknown
 from harness.implementations import SPEECH
@@ -159,7 +160,8 @@ def load_profile(path: Path, scenarios: list[dict[str, Any]] | None = None) -> P
     try:
         profile = _build(Profile, data, "")
         _check_profile(profile)
-        profile = _with_oracle_variant(profile)
+        capabilities.check_profile(profile)
+        profile = _with_needs(_with_oracle_variant(profile))
     except ProfileError as e:
         raise ProfileError(f"{path}: {e}") from None
     if profile.name != path.stem:
@@ -170,6 +172,15 @@ def load_profile(path: Path, scenarios: list[dict[str, Any]] | None = None) -> P
 def scenario_from_dict(data: dict[str, Any], where: str) -> Scenario:
     """One scenario mapping as a profile's scenarios are read (its own keys and types only)."""
     return _build(Scenario, data, where)
+
+
+def _with_needs(profile: Profile) -> Profile:
+    """A plug-in is told what its profile's checks need, to refuse at its hello what it does not
+    serve (harness/capabilities.py)."""
+    plugin = profile.under_test.plugin
+    if plugin is None:
+        return profile
+    return dataclasses.replace(profile, implementation=dataclasses.replace(plugin, _needs=capabilities.needs(profile)))
 
 
 def _with_oracle_variant(profile: Profile) -> Profile:

@@ -16,8 +16,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from harness import capabilities
 from harness.errors import HarnessError, InTreeRunError
-from harness.implementations import Plugin
+from harness.implementations import RUN_KINDS, Plugin
 from harness.oracle.plugin import LineProcess, Timeout, plugin_command
 from harness.oracle.process import work_directory
 from harness.oracle.streams import LineTooLong, cap_text
@@ -158,6 +159,23 @@ class ProcessRunner:
         self._work_cm.__exit__(None, None, None)
 
 
+def check_capabilities(hello: dict[str, Any], plugin: Plugin, wrong: Any) -> None:
+    """Its hello's `serves` and `fields` (else its profile's, else the undeclared default) against
+    what its profile's checks need: a check it cannot serve is refused here, before `load`."""
+    for key in ("serves", "fields"):
+        value = hello.get(key)
+        if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise wrong(f"{key}: expected a list of strings, got {value!r}")
+    unknown = sorted(set(hello.get("serves") or ()) - set(RUN_KINDS))
+    if unknown:
+        raise wrong(f"serves: unknown run kind(s) {unknown}; known: {list(RUN_KINDS)}")
+    serves, fields = capabilities.from_hello(hello, plugin)
+    need = capabilities.unserved(plugin._needs, serves, fields)
+    if need is not None:
+        said = "its hello's serves" if "serves" in hello else "declared by neither its hello nor its profile"
+        raise wrong(capabilities.refusal(need, plugin.label, serves, said))
+
+
 def check_hello(hello: dict[str, Any], plugin: Plugin) -> None:
     """The implementation's hello, against the protocol and the one-mlx rule."""
     from harness.provenance import device_facts
@@ -180,6 +198,7 @@ def check_hello(hello: dict[str, Any], plugin: Plugin) -> None:
     decodes = hello.get("decodes", ["eager"])
     if not isinstance(decodes, list) or "eager" not in decodes or not set(decodes) <= {"eager", "compiled"}:
         raise wrong(f"decodes: expected a list with 'eager' (and 'compiled' if it has it), got {decodes!r}")
+    check_capabilities(hello, plugin, wrong)
     facts = device_facts()
     mlx = plugin._comparison_mlx or facts.mlx  # its oracle's: a variant's pinned one, else the project's
     if environment["mlx"] is not None:

@@ -62,3 +62,20 @@ class Chatty(Replay):
 
 def chatty() -> Chatty:
     return Chatty()
+
+
+class FreeOnly(Replay):
+    """Declares free runs only in its `info` (as examples/dspark/adapter.py), and refuses forcing."""
+
+    def __init__(self):
+        super().__init__()
+        self.info = dict(self.info, serves=["free"])
+
+    def run(self, spec: dict, forced: dict | None, decode: str) -> dict:
+        if forced is not None:
+            raise ValueError("free runs only")
+        return super().run(spec, forced, decode)
+
+
+def free_only() -> FreeOnly:
+    return FreeOnly()

@@ -88,7 +88,7 @@ def main():
                 "version": "0",
                 "environment": {"mlx": HELLO_MLX.get(MODE, MLX), "device": "Device(cpu, 0)"},
                 "decodes": ["eager"],
-            }
+            } | ({"serves": ["free"]} if MODE == "serves-free" else {})  # declares free runs only
             say(hello)
         elif op == "load":
             say({"op": "ran"} if MODE == "wrong-answer" else {"op": "loaded"})
@@ -115,6 +115,9 @@ def main():
                 time.sleep(3600)
             if MODE == "refuse-at-length":  # a refusal with a 500 kB message
                 say({"op": "error", "id": message["id"], "message": "why " * 125_000})
+                continue
+            if MODE == "refuse-forced" and message["forced"] is not None:  # declares nothing, refuses forcing
+                say({"op": "error", "id": message["id"], "message": "cannot be fed tokens: free runs only"})
                 continue
             if MODE == "refuse-run":
                 say({"op": "error", "id": message["id"], "message": "no such scenario kind here"})
