@@ -182,7 +182,7 @@ class ParitySession:
             if failed is not None:
                 what = "teacher-forced run" if (*key, "teacher_forced") in self._intree_errors else "run"
                 raise InTreeRunError(
-                    f"{profile.name}/{scenario.id}: the in-tree {what} failed in this session, not run again "
+                    f"{profile.name}/{scenario.id}: the in-tree {what} already failed in this session, not run again "
                     f"(only the checks needing it err): {type(failed).__name__}: {failed}"
                 )
             if (*key, mode) in self._records:
