@@ -154,3 +154,20 @@ def test_every_profile_still_loads_with_its_implementation_s_capabilities() -> N
 def test_the_dspark_adapter_declares_free_runs_only() -> None:
     source = (Path(__file__).parents[1] / "examples" / "dspark" / "adapter.py").read_text()
     assert re.search(r'"serves": \["free"\]', source)
+
+
+def test_declared_fields_refuse_an_array_check_and_undeclared_ones_keep_today_s_runs() -> None:
+    needed = (("scenarios[0] (fox)", "mel", "free"), ("scenarios[0] (fox)", "mel", "field mel"))
+    assert capabilities.unserved(needed, ["free"], None) is None  # no fields declared: as before
+    assert capabilities.unserved(needed, ["free"], ["mel"]) is None
+    need = capabilities.unserved(needed, ["free"], ["encoder"])
+    assert need == needed[1]
+    said = capabilities.refusal(need, "vayu", ["free"], "its hello's serves")
+    assert said.startswith("scenarios[0] (fox): check mel needs the record array 'mel', which vayu does not write")
+    plugin = implementations.Plugin(command=["x"])
+    assert capabilities.from_hello({"decodes": ["eager", "compiled"]}, plugin)[0] == [
+        "free",
+        "teacher_forced",
+        "compiled",
+    ]
+    assert capabilities.from_hello({}, dataclasses.replace(plugin, serves=["free"])) == (["free"], None)
