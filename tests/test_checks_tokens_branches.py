@@ -92,7 +92,7 @@ def test_a_row_outside_every_ranked_call_is_classified_as_a_greedy_flip() -> Non
     assert inside["ranked"] == 2 and inside["near_tie"] is False
 
 
-def test_a_doubled_bos_is_shown_with_the_shared_one_and_named() -> None:
+def test_ext2_f12_a_doubled_bos_is_shown_with_the_shared_one_and_named() -> None:
     """external-2 F12: chuk-lazarus's chat prompt began [1, 1, 317, ...] where the oracle's began
     [1, 317, ...]; the window starting at the difference hid the shared BOS, so a doubled BOS read
     as a single added one. The window now starts before the difference and the insertion is named."""

@@ -59,7 +59,7 @@ def test_a_missing_tensor_fails_on_either_side() -> None:
     assert not missing_intree.passed and "in-tree record has no 'mel'" in missing_intree.summary
 
 
-def test_a_longer_first_axis_compares_the_rows_both_have_and_shows_the_padding() -> None:
+def test_ext2_f9_a_longer_first_axis_compares_the_rows_both_have_and_shows_the_padding() -> None:
     """external-2 F9: funasr-mlx's log-mel had 3582 frames against mlx-whisper's 3000 and the report
     gave only the two shapes; the decisive difference (the padding: the mel of silence, -0.702,
     where the oracle pads the log-mel with zeros) took a by-hand script. Scaled down: 6 rows of

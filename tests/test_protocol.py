@@ -91,7 +91,7 @@ def test_a_python_factory_is_served_by_the_host_and_its_own_failure_is_that_scen
     session.release("tiny")
 
 
-def test_a_factory_printing_on_stdout_does_not_break_the_protocol(isolated: Path) -> None:
+def test_ext2_f5_a_factory_printing_on_stdout_does_not_break_the_protocol(isolated: Path) -> None:
     # external-2 F5: chuk-lazarus printed while loading and broke the protocol ("answered 'load'
     # with 'Loading ...'"); the host points fd 1 and sys.stdout at stderr before any import.
     host = [sys.executable, "-I", str(HOST), "fake_factory:chatty", str(FAKES)]

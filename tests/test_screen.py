@@ -185,7 +185,7 @@ def test_m1_p13_p17_non_finite_logits_render_the_whole_screen(case: str, mode: s
         assert any("KL(oracle‖in-tree) none" in line for line in text), text
 
 
-def test_a_tensor_failure_speaks_of_values_not_logits() -> None:
+def test_ext2_f11_a_tensor_failure_speaks_of_values_not_logits() -> None:
     """external-2 F11: the encoder_output failure read "max |diff| 15.2 (0.665 of the logit range
     22.9)" and listed a top-5 over the flattened 1x1500x384 tensor; a tensor's block speaks of its
     value range and shows no top-5, in the screen and in the summary."""
