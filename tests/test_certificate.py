@@ -147,6 +147,7 @@ def test_the_real_conversion_is_certified_against_ctranslate2() -> None:
     assert fox["top1_agreement"] == 1.0 and fox["max_kl"] <= doc["bound"]["max_kl"]
 
 
+@pytest.mark.nightly  # make test's 30-minute budget (docs/benchmarks.md): make test-nightly
 def test_a_wrong_conversion_fails_the_certificate_while_every_l1_gate_passes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -62,3 +62,17 @@ def test_a_hosted_mac_signs_off_its_cpu_device_and_the_matrix_merges_it() -> Non
     assert ".cache/history.sqlite" in upload["with"]["path"]
     cached = next(s["with"]["path"] for s in job["steps"] if s.get("id") == "cpu")
     assert "goldens/*/cpu-arm64-*" in cached
+
+
+def test_make_test_leaves_the_nightly_tests_to_a_scheduled_job() -> None:
+    """make test (and make coverage, make test with coverage) deselect the tests marked nightly;
+    make test-nightly runs exactly those, and the scheduled workflow runs it."""
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    test = re.search(r"^test: venv\n\t(.+)$", makefile, re.M).group(1)
+    nightly = re.search(r"^test-nightly: venv\n\t(.+)$", makefile, re.M).group(1)
+    assert '-m "not nightly"' in test and "-m nightly " in nightly
+    assert test.replace('-m "not nightly"', "-m nightly") == nightly
+    coverage = re.search(r"^coverage: venv\n(?:\t.+\n)+", makefile, re.M).group(0)
+    assert '-m pytest tests -m "not nightly"' in coverage
+    jobs = yaml.safe_load(WORKFLOW.read_text())["jobs"]
+    assert any(step.get("run", "") == "make test-nightly" for step in jobs["test-nightly"]["steps"])

@@ -200,6 +200,7 @@ def _parity_plain(root: Path, **env: str) -> tuple[dict, dict, str]:
     return json.loads(golden.read_text()), json.loads(report.read_text()), out.stdout
 
 
+@pytest.mark.nightly  # make test's 30-minute budget (docs/benchmarks.md): make test-nightly
 @pytest.mark.slow
 @pytest.mark.xdist_group("smollm2-135m")
 def test_a_golden_made_through_the_bootstrap_is_the_direct_run_s_bit_for_bit(tmp_path: Path) -> None:

@@ -126,6 +126,7 @@ def test_a_fixed_seed_run_passes_on_the_in_tree_implementation() -> None:
     assert run.stats.judged == 3 and run.stats.passed == 3, run.stats.as_dict()
 
 
+@pytest.mark.nightly  # make test's 30-minute budget (docs/benchmarks.md): make test-nightly
 def test_a_fault_on_a_path_is_found_shrunk_and_written_with_its_audio(tmp_path: Path) -> None:
     """The log-probability fallback rule dropped (mutant fallback-logprob) passes seed 14's first
     example (greedy, no threshold reached) and fails its second (the default ladder: the twin's

@@ -250,6 +250,7 @@ def test_every_tracked_calibration_record_is_intact_and_of_its_golden() -> None:
 # -- a host whose key has no tracked goldens ---------------------------------------------------
 
 
+@pytest.mark.nightly  # make test's 30-minute budget (docs/benchmarks.md): make test-nightly
 @pytest.mark.slow
 @pytest.mark.xdist_group("empty-goldens")
 def test_an_empty_goldens_folder_is_generated_and_judged(tmp_path: Path) -> None:

@@ -43,6 +43,7 @@ def _run(root: Path, sessions: Path) -> list[report.Mutant]:
     return report.mutants(Session(target, root, sessions).run(), CLAMP)
 
 
+@pytest.mark.nightly  # make test's 30-minute budget (docs/benchmarks.md): make test-nightly
 @pytest.mark.slow
 def test_survivors_are_listed_and_triaged(tmp_path: Path) -> None:
     found = _run(_repo(tmp_path / "weak", WEAK), tmp_path / "sessions")
@@ -68,6 +69,7 @@ def test_survivors_are_listed_and_triaged(tmp_path: Path) -> None:
     assert [(m.id, m.outcome) for m in again] == [(m.id, m.outcome) for m in found]
 
 
+@pytest.mark.nightly  # make test's 30-minute budget (docs/benchmarks.md): make test-nightly
 @pytest.mark.slow
 def test_strong_tests_kill_every_non_equivalent_mutant(tmp_path: Path) -> None:
     found = _run(_repo(tmp_path / "strong", STRONG), tmp_path / "sessions")

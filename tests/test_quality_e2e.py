@@ -60,6 +60,7 @@ def _report(tree: Path, n: int) -> dict:
 SMOL_CORPUS = "{path: fixtures/corpus/kjv-genesis-1-12.txt, context: 16, stride: 16, chunk: 4, max_windows: 1}"
 
 
+@pytest.mark.nightly  # make test's 30-minute budget (docs/benchmarks.md): make test-nightly
 def test_smollm2_kv8_measured_cached_and_mended(tree: Path) -> None:
     _copy_profile(tree, "smollm2-135m", "q-smol", SMOL_CORPUS, pairs=["kv8-g64"])
     assert harness_main(["quality", "--model", "q-smol"]) == 0

@@ -228,6 +228,7 @@ def tiny() -> dict:
     }
 
 
+@pytest.mark.nightly  # make test's 30-minute budget (docs/benchmarks.md): make test-nightly
 @pytest.mark.slow
 @pytest.mark.xdist_group(TINY)
 def test_tiny_candidates_are_mlx_quantized_float16_values(tiny: dict) -> None:
@@ -242,6 +243,7 @@ def test_tiny_candidates_are_mlx_quantized_float16_values(tiny: dict) -> None:
     assert mx.array_equal(weights["encoder.conv1.weight"], control["encoder.conv1.weight"])  # kept bit for bit
 
 
+@pytest.mark.nightly  # make test's 30-minute budget (docs/benchmarks.md): make test-nightly
 @pytest.mark.slow
 @pytest.mark.xdist_group(TINY)
 def test_tiny_pairs_measured_and_cross_checked(tiny: dict) -> None:
@@ -255,6 +257,7 @@ def test_tiny_pairs_measured_and_cross_checked(tiny: dict) -> None:
     assert q.control_text.strip() and q.reference_words > 3
 
 
+@pytest.mark.nightly  # make test's 30-minute budget (docs/benchmarks.md): make test-nightly
 @pytest.mark.slow
 @pytest.mark.xdist_group(MINI)
 def test_identical_pair_has_zero_kl_and_a_perturbed_in_tree_candidate_differs(

@@ -34,6 +34,7 @@ def judge() -> tuple[dict[str, CheckResult], ScenarioRecord, ScenarioRecord]:
     return results, session.golden(profile, scenario).record, session.intree(profile, scenario, "free")
 
 
+@pytest.mark.nightly  # make test's 30-minute budget (docs/benchmarks.md): make test-nightly
 def test_a_beam_ranking_that_picks_the_worst_finished_sequence_fails_both_token_gates(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -56,6 +57,7 @@ def test_a_beam_ranking_that_picks_the_worst_finished_sequence_fails_both_token_
     assert "transcript (text, tokens, timestamps" in transcript.summary, transcript.summary
 
 
+@pytest.mark.nightly  # make test's 30-minute budget (docs/benchmarks.md): make test-nightly
 def test_beam_rows_whose_cache_is_not_reordered_fail_decode_tokens_at_the_first_wrong_row(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

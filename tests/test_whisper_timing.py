@@ -274,6 +274,7 @@ def golden_words(golden: dict) -> list[dict]:
     return [w for s in golden["transcript"]["segments"] for w in s["words"]]
 
 
+@pytest.mark.nightly  # make test's 30-minute budget (docs/benchmarks.md): make test-nightly
 @pytest.mark.slow
 def test_perturbed_timing_changes_the_words(oracle_fox_words: dict, fox_model, model_dir: Path, monkeypatch) -> None:
     """Unperturbed, the window's words equal the golden's; a median filter of width 5 or a

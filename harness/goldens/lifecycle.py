@@ -263,6 +263,13 @@ class GoldenLifecycle:
 
     def golden(self, profile: Profile, scenario: Scenario) -> Golden:
         goldens = self.goldens(profile)
+        if scenario.id not in goldens and (profile.name, scenario.id) not in self._scenario_errors:
+            # Asked for by name though out of scope (a nightly-tagged scenario of a session used
+            # directly): in scope from now on, and the goldens read again with it.
+            in_scope = {s.id for s in self.scenarios_in_scope(profile)}
+            self.selected_scenarios[profile.name] = in_scope | {scenario.id}
+            self._goldens.pop(profile.name, None)
+            goldens = self.goldens(profile)
         if (profile.name, scenario.id) in self._scenario_errors:
             raise self._scenario_errors[(profile.name, scenario.id)]
         return goldens[scenario.id]
