@@ -121,6 +121,7 @@ class Plugin:
     run_timeout_s: float = 600.0
     serves: list[str] | None = None
     fields: list[str] | None = None
+    interpreter: str | None = None  # the Python its venv is made with: "3.12" or a path (None: the project's)
     # The mlx of its comparisons when its profile's oracle is a variant pinning another than the
     # project's (set by the profile loader, never by a profile: harness/oracle/pins.py comparison_mlx).
     _comparison_mlx: str | None = None
@@ -150,6 +151,17 @@ class Plugin:
                     f"{where}.{key}: expected printable text (no control characters such as ESC or a newline), "
                     f"got {text!r}"
                 )
+        if self.interpreter is not None and not (
+            re.fullmatch(r"3\.\d+(\.\d+)?", str(self.interpreter)) or str(self.interpreter).startswith("/")
+        ):
+            raise ProfileError(
+                f"{where}.interpreter: expected a Python version such as '3.12' or an absolute path, "
+                f"got {self.interpreter!r}"
+            )
+        if self.interpreter is not None and not (
+            self.python is not None or any("{python}" in c for c in self.command or ())
+        ):
+            raise ProfileError(f"{where}.interpreter: given, but no venv is made (neither 'python' nor '{{python}}')")
         if self.serves is not None and not set(self.serves) <= set(RUN_KINDS):
             unknown = sorted(set(self.serves) - set(RUN_KINDS))
             raise ProfileError(f"{where}.serves: unknown run kind(s) {unknown}; known: {list(RUN_KINDS)}")

@@ -264,9 +264,15 @@ def keep_report(report: dict[str, Any], target: Path | None, junit: str | None) 
     """Write the report (never replacing one) and append the run to the results store
     (harness/history/store.py): the lines naming where (or what went wrong), and whether both
     were kept."""
+    from harness.history.regress import safely
     from harness.history.store import record, store_path
     from harness.screen import shown_path
 
+    # Each failing check against the implementation's previous run (harness/history/regress.py):
+    # a known-failing implementation's new fault shows as a regression.
+    report["regressions"], unread = safely(report, store_path())
+    if unread:
+        report.setdefault("context", {}).setdefault("notes", []).append(unread)
     try:
         path = write_report(report, target)
     except FileExistsError:

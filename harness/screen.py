@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.history.regress import lines as regression_lines
+
 FULL_BLOCKS = 2  # non-passing checks shown in full: the first of each cause (harness/screen.py cause)
 SHORT_LINES = 10  # then one line per cause for the rest
 MATRIX_ROWS = 16  # scenario rows per model; beyond them, the passing ones (then any) fold into a line
@@ -332,8 +334,9 @@ def notes(report: dict[str, Any], width: int, where: str | None) -> list[Line]:
         texts.append(
             f"not run, the run stopped early (-x / --maxfail): {len(names)} checks: {', '.join(names[:4])}{more}"
         )
-    texts += device_notes(context.get("device", {}))
+    texts += device_notes(context.get("device", {})) + list(context.get("notes", []))
     out = [Line(t) for t in texts]  # whole lines: the terminal wraps them, a search finds them
+    out += [Line(text, style) for text, style in regression_lines(report.get("regressions", []))]
     if "timing" in report:
         out.append(Line(timing_line(report["timing"])))
     for line in (where or "").splitlines():

@@ -28,7 +28,8 @@ from harness.checks.localize import (
     can_localize,
     close_servers,
     first_divergence,
-    intree_module_outputs,
+    localizes,
+    module_outputs,
     oracle_module_outputs_beside,
 )
 from harness.errors import (
@@ -349,8 +350,7 @@ class ParitySession:
             result = spec.judge(self.context(profile, scenario))
         if not result.passed and not self._failed_on_intact_files(profile, scenario, check):
             return result  # judged again by run_check; nothing to localize on corrupt files
-        # Rows of unequal count whose shared rows are all identical differ where a run stopped:
-        # no module computed different bits, so there is nothing to localize.
+        # Unequal row counts, every shared row identical: a run stopped early; nothing to localize.
         localizable = result.first_bad_step is not None and not result.details.get("shared_rows_identical")
         if not result.passed and spec.localized and localizable and localize_enabled():
             where = self.localize(profile, scenario, result.first_bad_step)
@@ -359,7 +359,7 @@ class ParitySession:
                 if where.row != result.first_bad_step:
                     result.summary += f" (localized at step {where.row}, this scenario's earliest)"
                 result.details["localization"] = where.as_dict()
-            elif not profile.under_test.localizes:
+            elif not localizes(profile, self.runner(profile)):
                 result.summary += (
                     f"; first diverging module: unavailable ({profile.under_test.name} has no module taps)"
                 )
@@ -381,7 +381,7 @@ class ParitySession:
     def _localize(self, profile: Profile, scenario: Scenario, row: int) -> Localization | None:
         planned = profile.planned(scenario)
         spec, oracle = runnable_spec(planned.spec_dict()), planned.oracle
-        if not profile.under_test.localizes or not can_localize(spec, oracle):
+        if not localizes(profile, self.runner(profile)) or not can_localize(spec, oracle):
             return None
         golden = self.golden(profile, scenario).record
         # Both runs end one step after the tapped call (nothing later can change it), and the
@@ -396,5 +396,5 @@ class ParitySession:
         expected = oracle_module_outputs_beside(oracle, model_dir, tapped, row)
         with progress.phase(f"localization (row {row})"):
             mine = self.intree_spec(profile, scenario) | short
-            actual = intree_module_outputs(self.runner(profile), mine, forced, row)
+            actual = module_outputs(self.runner(profile), mine, forced, row)
         return first_divergence(expected.result(), actual, row)

@@ -12,7 +12,9 @@ The factory (called once, with no arguments) returns an object with:
   it serves (docs/protocol.md, hello: `free`, `teacher_forced`, `stopped`, `batched`, `compiled`,
   ...; absent: free and teacher-forced, and compiled where `decodes` names it), and `fields`, the
   optional record arrays it writes (absent: not declared), both passed on in its hello: a profile
-  check needing a run it does not serve is refused there, before `load`;
+  check needing a run it does not serve is refused there, before `load`; `taps`, a map from the
+  oracle's module names to paths under its `model` attribute (docs/protocol.md, taps), which
+  localizes a failing logits row to the first module that differs;
 - `load(model_dir: str) -> None`;
 - `run(spec: dict, forced: dict | None, decode: str) -> dict`: the record's meta (docs/records.md:
   `rendered_prompt`, `prompt_ids`, `tokens`, `eos_ids`, optional fields) plus `logits` (a 2-D
@@ -88,6 +90,120 @@ def write_record(out, scenario_id, answer, env):
     os.replace(tmp, os.path.join(out, "result.json"))
 
 
+def _module_taps():
+    """oracles/common/module_taps.py, the tap proxy the oracles and in-tree localization use
+    (plain MLX, no project imports), loaded by path from beside this file."""
+    path = os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "oracles", "common", "module_taps.py"
+    )
+    spec = importlib.util.spec_from_file_location("module_taps", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class ModuleTaps:
+    """Module taps for a factory that declares them (docs/protocol.md, taps): `info["taps"]` maps
+    the oracle's module names to paths under the factory's `model` ("{i}" runs over the layers),
+    "logits" to the module whose output is a call's logits. Every call's outputs are kept (the last
+    position, float32); the call whose logits row is the run's row `row` is the one answered."""
+
+    def __init__(self, root, correspondence):
+        self.calls, self.current, self._restore = [], {}, []
+        self._tap = _module_taps()._Tap  # calls the module, then self._record(name, output)
+        for name, path in correspondence.items():
+            if "{i}" not in name:
+                self._swap(root, path, name)
+                continue
+            i = 0
+            while _resolve(root, path.format(i=i)) is not None:
+                self._swap(root, path.format(i=i), name.format(i=i))
+                i += 1
+            if i == 0:
+                raise ValueError(f"taps: {path!r} names no module of the model (for {name!r})")
+        if "logits" not in correspondence:
+            raise ValueError("taps: no 'logits' entry (the module whose output is each call's logits)")
+
+    def _swap(self, root, path, name):
+        parent_path, _, key = path.rpartition(".")
+        parent = _resolve(root, parent_path) if parent_path else root
+        parent = parent._inner if isinstance(parent, self._tap) else parent  # a block tapped before its parts
+        inner = _resolve(root, path)
+        if parent is None or inner is None:
+            raise ValueError(f"taps: {path!r} names no module of the model (for {name!r})")
+        self._restore.append((parent, key, inner))
+        tap = self._tap(inner, name, self)
+        if isinstance(parent, list):
+            parent[int(key)] = tap
+        else:
+            setattr(parent, key, tap)
+
+    def _record(self, name, out):
+        import mlx.core as mx
+        import numpy as np
+
+        value = out[0] if isinstance(out, tuple | list) else out  # (output, cache), as attention layers return
+        for field in ("logits", "hidden_states"):  # an output object (transformers-style)
+            value = getattr(value, field, value) if not isinstance(value, mx.array) else value
+        if not isinstance(value, mx.array):
+            raise TypeError(f"taps: {name} returned {type(out).__name__}, not an MLX array")
+        last = value[0, -1] if value.ndim == 3 else value.reshape(-1)
+        self.current[name] = np.array(last.astype(mx.float32))
+        if name == "logits":  # a call ends with its logits
+            self.calls.append(self.current)
+            self.current = {}
+
+    def remove(self):
+        for parent, key, inner in reversed(self._restore):
+            if isinstance(parent, list):
+                parent[int(key)] = inner
+            else:
+                vars(parent).pop(key, None)  # an MLX module keeps the proxy in its instance dict
+                setattr(parent, key, inner)
+
+    def answer(self, logits_row, out):
+        """Write the outputs of the call whose logits are `logits_row` (modules.json, module.<k>.npy)."""
+        import numpy as np
+
+        found = [c for c in self.calls if np.array_equal(c["logits"], logits_row)]
+        if not found:
+            raise ValueError(f"taps: none of the {len(self.calls)} model calls made that row's logits")
+        order = [name for name in found[0] if name != "logits"]
+        for k, name in enumerate(order):
+            np.save(os.path.join(out, f"module.{k}.npy"), found[0][name], allow_pickle=False)
+        with open(os.path.join(out, "modules.json"), "w") as f:
+            json.dump({"order": order}, f)
+
+
+def _resolve(root, path):
+    node = root
+    for part in path.split(".") if path else ():
+        try:
+            node = (
+                node[int(part)] if part.isdigit() else (node[part] if isinstance(node, dict) else getattr(node, part))
+            )
+        except (AttributeError, IndexError, KeyError, TypeError):
+            return None
+    return node
+
+
+def run_tapped(impl, message):
+    """A teacher-forced run with module taps on (`taps: {"row": r}`): the run as usual, then the
+    module outputs of the call that made row r, instead of the record."""
+    import numpy as np
+
+    correspondence = (getattr(impl, "info", None) or {}).get("taps")
+    if not correspondence or message.get("forced") is None:
+        raise ValueError("taps: this implementation declares none" if not correspondence else "taps: forced runs only")
+    taps = ModuleTaps(impl.model, correspondence)
+    try:
+        answer = impl.run(message["spec"], message["forced"], "eager")
+    finally:
+        taps.remove()
+    row = message["taps"]["row"]
+    taps.answer(np.asarray(answer["logits"], np.float32)[row], message["out"])
+
+
 def serve(impl, lines):
     info = dict(getattr(impl, "info", None) or {})
     env = environment(info.get("environment"))
@@ -110,13 +226,16 @@ def serve(impl, lines):
                         "version": str(info.get("version", "")),
                         "environment": env,
                         "decodes": list(info.get("decodes", ["eager"])),
-                        "taps": False,
+                        "taps": bool(info.get("taps")),
                     }
                     | {key: list(info[key]) for key in ("serves", "fields") if key in info}
                 )
             elif op == "load":
                 impl.load(message["model_dir"])
                 say({"op": "loaded"})
+            elif op == "run" and message.get("taps") is not None:
+                run_tapped(impl, message)
+                say({"op": "ran", "id": message["id"]})
             elif op == "run":
                 spec = message["spec"]
                 started = time.perf_counter()

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from harness.checks.compare import VectorDiff, diff_vectors
+from harness.errors import HarnessError
 from harness.oracle.descriptor import descriptor
 from harness.oracle.process import OracleServer
 from harness.paths import oracles_dir
@@ -42,6 +43,8 @@ class Localization:
     note: str = ""
 
     def explain(self) -> str:
+        if self.module is None and not self.modules_compared:
+            return f"first diverging module: unavailable{self.note}"
         if self.module is None:
             return (
                 f"all {self.modules_compared} module outputs of that step's model call are bit-identical: "
@@ -129,6 +132,31 @@ _THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diagnose")
 atexit.register(close_servers)
 
 
+class TappedOutputs(dict):
+    """A plug-in's module outputs (docs/protocol.md, taps): the modules it maps, maybe not all."""
+
+    partial = True
+
+    def __init__(self, *args: Any, failed: str = "") -> None:
+        super().__init__(*args)
+        self.failed = failed
+
+
+def localizes(profile: Any, runner: Any) -> bool:
+    """In-tree implementations are tapped here; a plug-in when its hello says it taps."""
+    return bool(profile.under_test.localizes or getattr(runner, "taps", False))
+
+
+def module_outputs(runner: Any, spec: dict[str, Any], golden: ScenarioRecord, row: int) -> dict[str, np.ndarray]:
+    """The implementation's module outputs on `row`'s call: a plug-in's over the protocol, else tapped here."""
+    if not hasattr(runner, "module_outputs"):
+        return intree_module_outputs(runner, spec, golden, row)
+    try:
+        return TappedOutputs(runner.module_outputs(spec, golden, row))
+    except HarnessError as e:  # the check keeps its verdict; the localization says why it has none
+        return TappedOutputs(failed=str(e))
+
+
 def intree_module_outputs(runner: Any, spec: dict[str, Any], golden: ScenarioRecord, row: int) -> dict[str, np.ndarray]:
     taps_module = module_taps()
     target = taps_module.prefill_calls(len(golden.prompt_ids), spec["prefill_step_size"]) + row
@@ -141,12 +169,33 @@ def intree_module_outputs(runner: Any, spec: dict[str, Any], golden: ScenarioRec
 
 
 def first_divergence(oracle: dict[str, np.ndarray], intree: dict[str, np.ndarray], row: int) -> Localization:
-    for n, (name, expected) in enumerate(oracle.items()):
+    """The first of the oracle's modules, in its order, whose output differs; a plug-in's taps may
+    leave modules out (compared: those it maps, the rest named in the note)."""
+    if getattr(intree, "failed", ""):
+        return Localization(row, None, None, 0, note=f" (its module taps failed: {intree.failed})")
+    partial, compared, skipped = getattr(intree, "partial", False), 0, []
+    for name, expected in oracle.items():
+        if name not in intree and partial:
+            skipped.append(name)
+            continue
         if name not in intree:
-            return Localization(row, name, None, n, note="the in-tree model has no module of that name")
+            return Localization(row, name, None, compared, note="the in-tree model has no module of that name")
+        compared += 1
         diff = diff_vectors(expected, intree[name])
         if not diff.equal:
-            return Localization(row, name, diff, n + 1)
+            return Localization(row, name, diff, compared, note=_untapped(skipped))
     extra = [k for k in intree if k not in oracle]
     note = f"; in-tree has modules the oracle lacks: {extra[:3]}" if extra else ""
-    return Localization(row, None, None, len(oracle), note=note)
+    if partial and not compared:
+        return Localization(
+            row, None, None, 0, note=f"; none of its tapped modules is one of the oracle's: {extra[:3]}"
+        )
+    return Localization(row, None, None, compared, note=note + _untapped(skipped))
+
+
+def _untapped(skipped: list[str]) -> str:
+    return (
+        f"; not tapped by the implementation: {', '.join(skipped[:3])}{' …' if len(skipped) > 3 else ''}"
+        if skipped
+        else ""
+    )

@@ -86,7 +86,16 @@ class Check:
     def judge(self, context: CheckContext) -> CheckResult:
         """The one way the check is decided on a scenario, whatever it needs."""
         if self.compare is not None:
-            return judge_pair(self.name, context.golden(), context.intree(self.run), context.full_golden)
+            golden, actual = context.golden(), context.intree(self.run)
+            result = judge_pair(self.name, golden, actual, context.full_golden)
+            if not result.passed and self.rows is not None and list(golden.prompt_ids) != list(actual.prompt_ids):
+                # external-2 F14: rows after different prompts are not like for like; say so.
+                result.summary += (
+                    "; compared on different inputs: the prompts differ (prompt_identity says where), "
+                    "so every row differs from there"
+                )
+                result.details["inputs_differ"] = "prompt_ids"
+            return result
         if self.judge_runs is None:
             raise HarnessError(f"check {self.name!r} is judged per fixture by the VAD gate, not on a scenario")
         return self.judge_runs(context)

@@ -90,6 +90,12 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE runs ADD COLUMN identities TEXT;
     ALTER TABLE results ADD COLUMN identity TEXT;
     """,
+    # Each result's figures (issue 46 part 5, harness/history/regress.py), JSON: the per-step
+    # rows that differ, the differing elements, the largest |Δ|, the first bad step; NULL where
+    # the check records none. A failing check is compared with its previous run's.
+    """
+    ALTER TABLE results ADD COLUMN figures TEXT;
+    """,
 )
 
 
@@ -274,9 +280,9 @@ def record(path: Path, kind: str, report: dict[str, Any], report_path: Path | No
             cursor = conn.execute(f"INSERT INTO runs VALUES (NULL, {', '.join('?' * len(run))})", run)
             run_id = int(cursor.lastrowid or 0)
             conn.executemany(
-                "INSERT INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
-                    (*_result_row(run_id, r), (identities.get(r["model"]) or {}).get("key"))
+                    (*_result_row(run_id, r), (identities.get(r["model"]) or {}).get("key"), _figures(r))
                     for r in report.get("results", [])
                 ],
             )
@@ -286,6 +292,13 @@ def record(path: Path, kind: str, report: dict[str, Any], report_path: Path | No
                 conn.execute("ROLLBACK")
             raise
     return run_id
+
+
+def _figures(row: dict[str, Any]) -> str | None:
+    from harness.history.regress import figures
+
+    found = figures(row)
+    return json.dumps(found) if found is not None else None
 
 
 def _sha256(data: bytes) -> str:

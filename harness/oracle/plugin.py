@@ -12,6 +12,7 @@ import queue
 import re
 import signal
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -127,7 +128,8 @@ def plugin_command(plugin: Plugin) -> tuple[list[str], dict[str, str]]:
     env = settings.environment()
     python = None
     if plugin.requirements:
-        venv = ensure_plugin_env(plugin.label, plugin.requirements, plugin._comparison_mlx or project_mlx())
+        mlx = plugin._comparison_mlx or project_mlx()
+        venv = ensure_plugin_env(plugin.label, plugin.requirements, mlx, plugin.interpreter)
         python, env = venv.python, venv.command()[1]
     if plugin.python is not None:
         cmd = [str(python), "-I", str(HOST), plugin.python, *(str(REPO_ROOT / p) for p in plugin.path)]
@@ -137,12 +139,17 @@ def plugin_command(plugin: Plugin) -> tuple[list[str], dict[str, str]]:
     return cmd, env | {"HF_HUB_OFFLINE": "1"}
 
 
-def ensure_plugin_env(label: str, requirements: list[str], mlx: str | None) -> OracleEnv:
+def ensure_plugin_env(
+    label: str, requirements: list[str], mlx: str | None, interpreter: str | None = None
+) -> OracleEnv:
     """The venv of a plugin implementation (harness/implementations.py `Plugin`), built from the
     profile's requirements like an oracle's (keyed by their hash, under `venvs/plugin-<hash>`; pip
     runs in the repository, so a requirement may be a folder of it). An exact mlx pin must be `mlx`,
-    its comparisons' (the one-mlx rule); without one, the plugin's own handshake says which it runs."""
-    pins, digest = plugin_pins(label, requirements)
+    its comparisons' (the one-mlx rule); without one, the plugin's own handshake says which it runs.
+    `interpreter` (the profile's, a version such as "3.12" or a path) makes it on that Python
+    (its version is then part of the hash); without it, on the project's."""
+    python = find_interpreter(label, interpreter) if interpreter else None
+    pins, digest = plugin_pins(label, requirements, python)
     root = cache_root() / "venvs" / f"plugin-{digest}"
     env = OracleEnv(name=label, root=root, pins_hash=digest, pins=pins)
 
@@ -157,15 +164,61 @@ def ensure_plugin_env(label: str, requirements: list[str], mlx: str | None) -> O
         atomic_write_bytes(root.with_name(root.name + ".requirements.txt"), pins.encode())
 
     with clock.phase("venv"):
-        pinned = Pins(root.with_name(root.name + ".requirements.txt"), cwd=REPO_ROOT)
+        pinned = Pins(root.with_name(root.name + ".requirements.txt"), cwd=REPO_ROOT, python=python and python[0])
         names = [req.name for req in parse_requirements(pins)]  # the implementation itself among them
         return ensure_built(env, check, pinned, "implementation venv", (*VERIFIED, *names))
 
 
-def plugin_pins(label: str, requirements: list[str]) -> tuple[str, str]:
-    """What a plugin's venv is built from (its requirement lines, `-r FILE` read in) and their hash."""
+def plugin_pins(label: str, requirements: list[str], python: tuple[str, str] | None = None) -> tuple[str, str]:
+    """What a plugin's venv is built from (its requirement lines, `-r FILE` read in, and the
+    version of the interpreter a profile names) and their hash."""
     pins = "\n".join(expand(requirements, label)) + "\n"
-    return pins, pins_hash(pins)
+    if python is None:
+        return pins, pins_hash(pins)
+    major, minor = (int(n) for n in python[1].split(".")[:2])
+    return f"# python {python[1]}\n" + pins, pins_hash(pins, (major, minor))
+
+
+def find_interpreter(label: str, wanted: str) -> tuple[str, str]:
+    """(path, version) of the Python a profile's `interpreter:` names: a path, or a version found
+    on PATH as pythonX.Y (then by uv, which knows the Pythons it manages); a clear error naming
+    the versions this machine has otherwise."""
+    import shutil
+
+    candidates = [wanted] if "/" in wanted else [shutil.which(f"python{wanted}") or ""]
+    uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
+    if "/" not in wanted and not candidates[0] and uv:
+        found = subprocess.run([uv, "python", "find", "--no-python-downloads", wanted], capture_output=True, text=True)
+        candidates = [found.stdout.strip()] if found.returncode == 0 else []
+    for path in filter(None, candidates):
+        probe = subprocess.run([path, "-I", "-c", _VERSION], capture_output=True, text=True, check=False)
+        version = probe.stdout.strip()
+        if probe.returncode == 0 and ("/" in wanted or version == wanted or version.startswith(wanted + ".")):
+            return path, version
+    have = sorted({v for v in (_version_of(p) for p in _pythons_on_path()) if v})
+    raise OracleVersionError(
+        f"implementation {label}: interpreter {wanted!r}: no such Python on this machine (found: "
+        f"{', '.join(have) or 'none on PATH'}); install it (e.g. `uv python install {wanted}` where "
+        "python.org's builds can be downloaded) or give its path as `interpreter:`"
+    )
+
+
+_VERSION = "import platform; print(platform.python_version())"
+
+
+def _pythons_on_path() -> list[str]:
+    seen = []
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        with contextlib.suppress(OSError):
+            seen += [str(p) for p in Path(folder).glob("python3*") if re.fullmatch(r"python3(\.\d+)?", p.name)]
+    return seen
+
+
+def _version_of(path: str) -> str:
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        probe = subprocess.run([path, "-I", "-c", _VERSION], capture_output=True, text=True, timeout=20)
+        return probe.stdout.strip() if probe.returncode == 0 else ""
+    return ""
 
 
 # pip's spellings of a requirements include (-r FILE, -rFILE, --requirement=FILE) and a constraints file

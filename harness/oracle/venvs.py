@@ -134,6 +134,7 @@ class Pins:
     nodeps: Path | None = None
     torch: bool = False
     cwd: Path | None = None
+    python: str | None = None  # the interpreter the venv is made with (None: the project's)
 
 
 def ensure_built(
@@ -219,14 +220,22 @@ def _install(env: OracleEnv, how: Pins, tmp: Path, out: typing.TextIO, log: Path
         result = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False, cwd=how.cwd)
         if result.returncode != 0:
             out.flush()
+            tail = file_tail(log, "log")
+            hint = ""
+            if any(said in tail.lower() for said in ("requires-python", "a different python", "python>=")):
+                hint = (
+                    f"\nit needs another Python than {how.python or sys.executable}: for a plug-in, name one with "
+                    "`interpreter:` under the profile's implementation (docs/profiles.md)"
+                )
             raise OracleError(
                 f"building the venv of {env.name} from {pins} failed (exit {result.returncode}); log {log}:\n"
-                + file_tail(log, "log")
+                + tail
+                + hint
             )
 
     if not how.torch and _with_uv(env, how, tmp, python, run, out):
         return
-    run([sys.executable, "-m", "venv", str(tmp)])
+    run([how.python or sys.executable, "-m", "venv", str(tmp)])
     if how.torch:  # resolve first: never download a CUDA build
         report = tmp / "resolution.json"
         run([*pip, "--dry-run", "--quiet", "--report", str(report), "-r", str(pins)])
@@ -254,7 +263,7 @@ def _with_uv(env: OracleEnv, how: Pins, tmp: Path, python: str, run, out: typing
         return False
     install = [uv, "pip", "install", "--python", python, "--index-strategy", "unsafe-best-match", *pip_sources()]
     try:
-        run([uv, "venv", "--seed", "--quiet", "--python", sys.executable, str(tmp)])
+        run([uv, "venv", "--seed", "--quiet", "--python", how.python or sys.executable, str(tmp)])
         run([*install, "-r", str(how.file)])
         if how.nodeps is not None:
             run([*install, "--no-deps", "-r", str(how.nodeps)])

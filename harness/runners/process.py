@@ -16,6 +16,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from harness import capabilities
 from harness.errors import HarnessError, InTreeRunError
 from harness.implementations import RUN_KINDS, Plugin
@@ -101,6 +103,25 @@ class ProcessRunner:
             )
         return dataclasses.replace(records[spec["id"]], mode=mode)
 
+    @property
+    def taps(self) -> bool:
+        """Whether its hello says it hands over module outputs (docs/protocol.md, taps)."""
+        return self.hello.get("taps") is True
+
+    def module_outputs(self, spec: dict[str, Any], forced: ScenarioRecord, row: int) -> dict[str, np.ndarray]:
+        """Its module outputs on the call that made row `row` of a teacher-forced run, named as
+        the oracle names its modules, in its execution order (harness/checks/localize.py)."""
+        self._runs += 1
+        run_id, out = f"{spec['id']}.taps.{self._runs}", self.work / f"run-{self._runs}"
+        out.mkdir()
+        request = {"op": "run", "id": run_id, "spec": spec, "forced": forced.meta(), "decode": "eager"}
+        try:
+            with progress.task(f"{self.label}{spec['id']} (module taps, row {row}) in {self.plugin.label}"):
+                self._ask(request | {"out": str(out), "taps": {"row": row}}, "ran", self.plugin.run_timeout_s, run_id)
+            return read_module_outputs(out, f"{spec['id']}: {self.plugin.label}'s module taps")
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+
     def run_streamed(self, spec: dict[str, Any], seconds: float) -> ScenarioRecord:
         raise InTreeRunError(f"{spec['id']}: protocol version {PROTOCOL} has no streamed run")
 
@@ -157,6 +178,23 @@ class ProcessRunner:
             self._proc.wait(10)
         self._proc.close()
         self._work_cm.__exit__(None, None, None)
+
+
+def read_module_outputs(out: Path, what: str) -> dict[str, np.ndarray]:
+    """modules.json (`order`: the module names) and module.<k>.npy (a float32 vector each)."""
+    try:
+        order = json.loads((out / "modules.json").read_text())["order"]
+        if not (isinstance(order, list) and order and all(isinstance(n, str) for n in order)):
+            raise ValueError(f"order: expected a non-empty list of module names, got {order!r}")
+        if len(set(order)) != len(order):
+            raise ValueError("order: a module named twice")
+        found = {name: np.load(out / f"module.{k}.npy", allow_pickle=False) for k, name in enumerate(order)}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ProtocolError(f"{what}: {type(e).__name__}: {e} (docs/protocol.md, taps)") from e
+    for name, array in found.items():
+        if array.dtype != np.float32 or array.ndim != 1:
+            raise ProtocolError(f"{what}: {name} is {array.dtype} of shape {array.shape}, expected a float32 vector")
+    return found
 
 
 def check_capabilities(hello: dict[str, Any], plugin: Plugin, wrong: Any) -> None:
