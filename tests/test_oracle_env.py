@@ -119,7 +119,7 @@ def test_generator_imports_only_its_venv() -> None:
 
 
 def test_a_cuda_torch_resolution_is_refused_naming_the_cpu_wheel_index() -> None:
-    from harness.oracle.venvs import cpu_wheel_index, refuse_cuda_torch
+    from harness.oracle.pins import cpu_wheel_index, refuse_cuda_torch
 
     pins = oracles_dir() / "silero-vad" / "requirements.txt"
     assert cpu_wheel_index(pins) == "https://download.pytorch.org/whl/cpu"

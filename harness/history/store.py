@@ -295,7 +295,7 @@ def record(path: Path, kind: str, report: dict[str, Any], report_path: Path | No
 
 
 def _figures(row: dict[str, Any]) -> str | None:
-    from harness.history.regress import figures
+    from harness.history.figures import figures
 
     found = figures(row)
     return json.dumps(found) if found is not None else None

@@ -145,3 +145,37 @@ def project_mlx() -> str | None:
         return importlib.metadata.version("mlx")
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def python_hint(log_tail: str, python: str) -> str:
+    """What a venv build that failed on the Python version should say next (external-2 F4)."""
+    if not any(said in log_tail.lower() for said in ("requires-python", "a different python", "python>=")):
+        return ""
+    return (
+        f"\nit needs another Python than {python}: for a plug-in, name one with `interpreter:` under the "
+        "profile's implementation (docs/profiles.md)"
+    )
+
+
+def cpu_wheel_index(pins: Path) -> str | None:
+    """The extra index a torch oracle's pins name (PyTorch's CPU wheels)."""
+    for line in pins.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "--extra-index-url":
+            return parts[1]
+    return None
+
+
+def refuse_cuda_torch(oracle: str, pins: Path, dists: dict[str, str], stage: str, cuda: str | None = None) -> None:
+    """A torch oracle computes on the CPU: a CUDA torch, triton or nvidia-* wheel is refused."""
+    cuda_dists = sorted(d for d in dists if d.startswith("nvidia-") or d == "triton")
+    if not cuda_dists and cuda is None:
+        return
+    what = f"torch {dists.get('torch', '?')}" + (f" built for CUDA {cuda}" if cuda else "")
+    listed = f" with {', '.join(cuda_dists[:6])}{' …' if len(cuda_dists) > 6 else ''}" if cuda_dists else ""
+    raise OracleError(
+        f"oracle venv {oracle}: pip {stage} a CUDA build, {what}{listed}, from {pins}. This oracle "
+        f"must run PyTorch's CPU build, from the CPU wheel index {cpu_wheel_index(pins) or '<none named>'} "
+        "named in that file: it was not reachable from here or did not serve the pinned torch. Make it "
+        "reachable (or give a mirror of it as PIP_EXTRA_INDEX_URL) and run again; the venv was not kept."
+    )

@@ -208,7 +208,7 @@ _VERSION = "import platform; print(platform.python_version())"
 
 def _pythons_on_path() -> list[str]:
     seen = []
-    for folder in os.environ.get("PATH", "").split(os.pathsep):
+    for folder in settings.environment().get("PATH", "").split(os.pathsep):
         with contextlib.suppress(OSError):
             seen += [str(p) for p in Path(folder).glob("python3*") if re.fullmatch(r"python3(\.\d+)?", p.name)]
     return seen

@@ -27,7 +27,16 @@ from harness.device import device_bootstrap
 from harness.errors import OracleError, OracleVersionError
 from harness.oracle.descriptor import ORACLE_DISTRIBUTIONS, descriptor, is_mlx_free, oracle_family
 from harness.oracle.installed import VERIFIED, altered
-from harness.oracle.pins import check_mlx_pin, nodeps_pins_path, pins_hash, pins_path, project_mlx, read_pins
+from harness.oracle.pins import (
+    check_mlx_pin,
+    nodeps_pins_path,
+    pins_hash,
+    pins_path,
+    project_mlx,
+    python_hint,
+    read_pins,
+    refuse_cuda_torch,
+)
 from harness.oracle.streams import cap_text, file_tail
 from harness.paths import cache_root
 from harness.progress import progress
@@ -221,17 +230,8 @@ def _install(env: OracleEnv, how: Pins, tmp: Path, out: typing.TextIO, log: Path
         if result.returncode != 0:
             out.flush()
             tail = file_tail(log, "log")
-            hint = ""
-            if any(said in tail.lower() for said in ("requires-python", "a different python", "python>=")):
-                hint = (
-                    f"\nit needs another Python than {how.python or sys.executable}: for a plug-in, name one with "
-                    "`interpreter:` under the profile's implementation (docs/profiles.md)"
-                )
-            raise OracleError(
-                f"building the venv of {env.name} from {pins} failed (exit {result.returncode}); log {log}:\n"
-                + tail
-                + hint
-            )
+            said = f"building the venv of {env.name} from {pins} failed (exit {result.returncode}); log {log}:\n"
+            raise OracleError(said + tail + python_hint(tail, how.python or sys.executable))
 
     if not how.torch and _with_uv(env, how, tmp, python, run, out):
         return
@@ -299,30 +299,6 @@ _CUDA_PROBE = (
     "print(json.dumps({'cuda': torch.version.cuda,"
     " 'dists': {d.metadata['Name'].lower(): d.version for d in m.distributions()}}))\n"
 )
-
-
-def cpu_wheel_index(pins: Path) -> str | None:
-    """The extra index a torch oracle's pins name (PyTorch's CPU wheels)."""
-    for line in pins.read_text().splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0] == "--extra-index-url":
-            return parts[1]
-    return None
-
-
-def refuse_cuda_torch(oracle: str, pins: Path, dists: dict[str, str], stage: str, cuda: str | None = None) -> None:
-    """A torch oracle computes on the CPU: a CUDA torch, triton or nvidia-* wheel is refused."""
-    cuda_dists = sorted(d for d in dists if d.startswith("nvidia-") or d == "triton")
-    if not cuda_dists and cuda is None:
-        return
-    what = f"torch {dists.get('torch', '?')}" + (f" built for CUDA {cuda}" if cuda else "")
-    listed = f" with {', '.join(cuda_dists[:6])}{' …' if len(cuda_dists) > 6 else ''}" if cuda_dists else ""
-    raise OracleError(
-        f"oracle venv {oracle}: pip {stage} a CUDA build, {what}{listed}, from {pins}. This oracle "
-        f"must run PyTorch's CPU build, from the CPU wheel index {cpu_wheel_index(pins) or '<none named>'} "
-        "named in that file: it was not reachable from here or did not serve the pinned torch. Make it "
-        "reachable (or give a mirror of it as PIP_EXTRA_INDEX_URL) and run again; the venv was not kept."
-    )
 
 
 def check_same_mlx(env: OracleEnv, project_mlx: str | None) -> dict[str, str | None]:
